@@ -1,0 +1,1 @@
+"""The ``fedsynth`` command line: one module per command group."""

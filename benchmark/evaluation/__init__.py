@@ -1,0 +1,1 @@
+"""Evaluation: metrics registered by name (lazily)."""

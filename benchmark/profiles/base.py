@@ -1,0 +1,92 @@
+"""The model interfaces every profile (``tiny``, ``cpu``, ``paper``) implements.
+
+Methods and the evaluator only talk to these interfaces, so the same code runs with a
+random tiny GPT-2 in the unit tests, SmolLM2/MiniLM on a CPU, and the papers' hub models
+on a GPU.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample from a generator; ``seed`` makes a batch reproducible."""
+
+    max_new_tokens: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+
+
+class Generator(ABC):
+    """A causal LLM that writes synthetic text on the server (it never sees private data)."""
+
+    model: Any  # a torch.nn.Module (HF causal LM); fine-tuned in place by SFT/DPO
+    tokenizer: Any
+
+    @abstractmethod
+    def generate(self, prompts: list[str], params: SamplingParams, chat: bool = True) -> list[str]:
+        """Batched sampling; with ``chat`` the prompt goes through the chat template if any."""
+
+    @abstractmethod
+    def logprobs(self, prompts: list[str], completions: list[str]) -> np.ndarray:
+        """Sum of log-probabilities of each completion given its prompt."""
+
+
+class Embedder(ABC):
+    """A sentence embedder (all-MiniLM-L6-v2 in ``cpu``/``paper``)."""
+
+    name: str
+    dim: int
+
+    @abstractmethod
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Unit-normalised float32 embeddings, shape (len(texts), dim), batched."""
+
+
+class OnDeviceLM(ABC):
+    """The small LM trained on clients or on synthetic data, and evaluated on test clients."""
+
+    name: str
+    tokenizer: Any
+
+    @abstractmethod
+    def new_model(self, seed: int) -> Any:
+        """A fresh model (the profile's public starting point), deterministic given seed."""
+
+
+class MaskedFiller(ABC):
+    """Fills masked spans of a text (PrE-Text's variation operator)."""
+
+    @abstractmethod
+    def fill(self, texts: list[str], mask_fraction: float, seed: int) -> list[str]:
+        """Return one variation per text with ``mask_fraction`` of its tokens re-filled."""
+
+
+class ModelProfile(ABC):
+    """Bundle of the models of one profile; each is built on first use and cached."""
+
+    name: str
+
+    @abstractmethod
+    def generator(self) -> Generator: ...
+
+    @abstractmethod
+    def embedder(self) -> Embedder: ...
+
+    @abstractmethod
+    def ondevice_lm(self) -> OnDeviceLM: ...
+
+    @abstractmethod
+    def masked_filler(self) -> MaskedFiller | None:
+        """The profile's masked-fill model, or None if it has none."""
+
+    @abstractmethod
+    def describe(self) -> dict[str, str]:
+        """Model ids/revisions recorded in result records."""
