@@ -1,1 +1,16 @@
-"""methods package."""
+"""Method adapters, one module each, registered lazily by name."""
+
+from benchmark.registry import METHODS
+
+_BUILTIN_METHODS = {
+    "public_only": "methods.bounds:PublicOnly",
+    "nonprivate": "methods.bounds:NonPrivate",
+    "dp_fedavg": "methods.dp_fedavg:DPFedAvg",
+    "dp_ftrl": "methods.dp_ftrl:DPFTRL",
+    "pre_text": "methods.pre_text:PreText",
+    "pe_sft": "methods.pe_sft:PESFT",
+    "popri": "methods.popri:POPri",
+}
+
+for _name, _target in _BUILTIN_METHODS.items():
+    METHODS.register_lazy(_name, _target)

@@ -1,1 +1,16 @@
-"""Evaluation: metrics registered by name (lazily)."""
+"""Evaluation: every metric is registered by name (lazily) and recorded with its settings."""
+
+from benchmark.registry import METRICS
+
+_BUILTIN_METRICS = {
+    "next_token": "benchmark.evaluation.next_token:NextTokenAccuracy",
+    "fid": "benchmark.evaluation.fid:FID",
+    "mauve": "benchmark.evaluation.mauve_metric:MAUVE",
+    "classification": "benchmark.evaluation.classification:Classification",
+    "mia": "benchmark.evaluation.mia:MembershipInference",
+    "dcr": "benchmark.evaluation.mia:DistanceToClosestRecord",
+    "win_rate": "benchmark.evaluation.win_rate:WinRate",
+}
+
+for _name, _target in _BUILTIN_METRICS.items():
+    METRICS.register_lazy(_name, _target)
