@@ -52,7 +52,7 @@ class Release:
         if self.mechanism != NONPRIVATE and not (
             self.noise_multiplier > 0 and math.isfinite(self.sensitivity) and self.sensitivity > 0
         ):
-            raise ValueError("a private release needs noise_multiplier > 0 and a finite sensitivity")
+            raise ValueError("a private release needs noise_multiplier > 0, finite sensitivity")
 
 
 @dataclass

@@ -1,0 +1,114 @@
+"""Client-side views of private data, readable only while the pool runs client code.
+
+The pool sets a context flag around each client-side call. A :class:`ClientData` or
+:class:`ClientBatch` leaked to the server (kept in a variable, returned, stored on the
+method) raises :class:`PrivacyError` when read outside that scope.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import numpy as np
+
+from benchmark.data import LABEL, TEXT
+from benchmark.privacy.errors import PrivacyError
+
+_IN_CLIENT_SCOPE: ContextVar[bool] = ContextVar("fedsynth_in_client_scope", default=False)
+
+
+@contextmanager
+def client_scope() -> Iterator[None]:
+    """Mark the code inside as running on the clients' side."""
+    token = _IN_CLIENT_SCOPE.set(True)
+    try:
+        yield
+    finally:
+        _IN_CLIENT_SCOPE.reset(token)
+
+
+def _require_client_scope(what: str) -> None:
+    if not _IN_CLIENT_SCOPE.get():
+        raise PrivacyError(
+            f"server-side code tried to read {what}: private client data is only readable "
+            "inside a client-side function run by the client pool"
+        )
+
+
+class ClientData:
+    """One client's private records and its client-side memo (persists across rounds)."""
+
+    __slots__ = ("_memo", "_records")
+
+    def __init__(self, records: list[dict[str, Any]], memo: dict[str, Any]) -> None:
+        self._records = records
+        self._memo = memo
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        _require_client_scope("client records")
+        return self._records
+
+    @property
+    def texts(self) -> list[str]:
+        _require_client_scope("client texts")
+        return [r[TEXT] for r in self._records]
+
+    @property
+    def labels(self) -> list[Any]:
+        _require_client_scope("client labels")
+        return [r.get(LABEL) for r in self._records]
+
+    def memo(self, key: str, compute: Callable[[ClientData], Any]) -> Any:
+        """Client-side cache, e.g. embeddings of the client's own texts."""
+        _require_client_scope("client memo")
+        if key not in self._memo:
+            self._memo[key] = compute(self)
+        return self._memo[key]
+
+    def __reduce__(self) -> Any:
+        raise PrivacyError("client data cannot be serialised out of the client pool")
+
+    def __repr__(self) -> str:
+        return "<ClientData (private)>"
+
+
+class ClientBatch:
+    """Several clients processed by one vectorised client-side function.
+
+    The function must compute each row from that row's client only (as if run on each
+    device); the pool clips and noises every row separately before summing.
+    """
+
+    __slots__ = ("_clients",)
+
+    def __init__(self, clients: list[ClientData]) -> None:
+        self._clients = clients
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+    @property
+    def clients(self) -> list[ClientData]:
+        _require_client_scope("a client batch")
+        return self._clients
+
+    def memo_rows(self, key: str, compute: Callable[[list[ClientData]], np.ndarray]) -> np.ndarray:
+        """Per-client cached rows; ``compute`` gets only the clients missing from the cache."""
+        _require_client_scope("client memo")
+        missing = [c for c in self._clients if key not in c._memo]
+        if missing:
+            rows = np.asarray(compute(missing))
+            if len(rows) != len(missing):
+                raise ValueError(
+                    f"memo {key!r}: compute returned {len(rows)} rows for {len(missing)}"
+                )
+            for client, row in zip(missing, rows, strict=True):
+                client._memo[key] = row
+        return np.stack([c._memo[key] for c in self._clients])
+
+    def __reduce__(self) -> Any:
+        raise PrivacyError("client data cannot be serialised out of the client pool")

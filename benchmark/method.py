@@ -1,0 +1,105 @@
+"""The adapter interface every method implements, and the context the harness gives it.
+
+A method is a round-based server program: ``setup`` → ``round`` × ``num_rounds()`` →
+``finish``. Its state is picklable and saved after every round, so runs resume. It never
+sees the private training clients: it gets a :class:`~benchmark.federation.pool.ClientPool`
+(clipped, noised aggregates only), the public part of the split, and the validation part
+(held-out clients, for model selection only). The test part is the evaluator's alone.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from benchmark.artifact import Artifact
+from benchmark.federation.pool import ClientPool
+from benchmark.federation.quarantine import Diagnostics
+from benchmark.profiles.base import ModelProfile
+from benchmark.spec import PrivacySpec, SpecError
+
+
+@dataclass
+class MethodContext:
+    pool: ClientPool
+    public: list[dict[str, Any]]
+    validation: list[dict[str, Any]]
+    profile: ModelProfile
+    privacy: PrivacySpec
+    seed: int
+    work_dir: Path
+    diagnostics: Diagnostics
+
+    def rng(self, round_index: int, stream: int = 0) -> np.random.Generator:
+        """Method randomness for one round; identical on resume."""
+        return np.random.default_rng([self.seed, 1000 + round_index, stream])
+
+    def noise_for(
+        self, *, steps: int, sample_rate: float = 1.0, mechanism: str = "subsampled_gaussian"
+    ) -> float:
+        """Smallest noise multiplier whose ``steps`` releases stay within the budget.
+
+        Returns 0 for the non-private bound (ε = ∞); refuses ε = 0 (no private release).
+        """
+        from benchmark.privacy.accountants import noise_multiplier_for
+
+        eps = self.privacy.epsilon
+        if math.isinf(eps):
+            return 0.0
+        if eps <= 0:
+            raise SpecError("privacy.epsilon: 0 allows no private release; use public_only")
+        return noise_multiplier_for(
+            eps,
+            self.privacy.delta,
+            sample_rate=sample_rate,
+            steps=steps,
+            accountant=self.privacy.accountant,
+            mechanism=mechanism,
+        )
+
+
+class Method(ABC):
+    """Base class of method adapters. ``configs`` holds one default config per profile."""
+
+    name: ClassVar[str]
+    artifact_kind: ClassVar[str]
+    configs: ClassVar[dict[str, dict[str, Any]]]
+    privacy_units: ClassVar[tuple[str, ...]] = ("user",)
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.config = config
+
+    @classmethod
+    def resolve_config(cls, profile: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The profile's defaults overridden by ``params``; unknown keys are an error."""
+        defaults = cls.configs.get(profile)
+        if defaults is None:
+            raise SpecError(f"method {cls.name!r} has no config for profile {profile!r}")
+        unknown = sorted(set(params) - set(defaults))
+        if unknown:
+            raise SpecError(
+                f"method.params.{unknown[0]}: unknown parameter of {cls.name!r}; "
+                f"allowed: {sorted(defaults)}"
+            )
+        return {**defaults, **params}
+
+    @abstractmethod
+    def num_rounds(self) -> int:
+        """Number of server rounds (0 for methods without federated rounds)."""
+
+    def setup(self, ctx: MethodContext) -> Any:
+        """Initial state (picklable); runs before round 0."""
+        return {}
+
+    def round(self, ctx: MethodContext, state: Any, round_index: int) -> Any:
+        """One server round; returns the new state."""
+        raise NotImplementedError(f"{self.name} has rounds but no round()")
+
+    @abstractmethod
+    def finish(self, ctx: MethodContext, state: Any) -> Artifact:
+        """Produce the released artifact from the final state."""

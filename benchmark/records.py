@@ -1,0 +1,68 @@
+"""Result records: the only thing a run publishes (never diagnostics, never client data)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from benchmark.data import FederatedSplit
+from benchmark.privacy.ledger import PrivacyLedger
+from benchmark.provenance import code_version, hardware, package_versions
+from benchmark.spec import ResolvedSpec
+
+SCHEMA_VERSION = 1
+
+
+def _finite_or_str(value: float) -> float | str:
+    return value if math.isfinite(value) else "inf"
+
+
+def build_record(
+    *,
+    resolved: ResolvedSpec,
+    split: FederatedSplit,
+    epsilon: float,
+    ledger: PrivacyLedger,
+    metrics: dict[str, Any],
+    costs: dict[str, float],
+    wall_seconds: float,
+    profile: Any,
+) -> dict[str, Any]:
+    spec = resolved.spec
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_key": resolved.run_key,
+        "spec": resolved.to_dict(),
+        "split": {
+            "name": split.name,
+            "version": split.version,
+            "content_hash": split.content_hash,
+        },
+        "method": {"name": spec.method.name, "config": resolved.method_config},
+        "privacy": {
+            "epsilon": _finite_or_str(epsilon),
+            "epsilon_budget": _finite_or_str(spec.privacy.epsilon),
+            "delta": spec.privacy.delta,
+            "unit": spec.privacy.unit,
+            "accountant": spec.privacy.accountant,
+            "guarantee": spec.privacy.guarantee,
+            "ledger": ledger.to_json(),
+        },
+        "metrics": metrics,
+        "costs": costs,
+        "models": profile.describe(),
+        "wall_seconds": wall_seconds,
+        "hardware": hardware(),
+        "code_version": code_version(),
+        "packages": package_versions(),
+    }
+
+
+def write_record(record: dict[str, Any], path: Path) -> None:
+    """Write atomically so a half-written record is never read."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
+    os.replace(tmp, path)

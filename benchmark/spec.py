@@ -1,0 +1,194 @@
+"""Run specs: what a run is, validated, resolved to an explicit config and a canonical key.
+
+A spec is plain data (YAML or JSON). :func:`load_spec` validates it and fails with a
+message naming the field and the allowed values; :func:`resolve` merges the method's
+defaults for the profile so the recorded config is fully explicit; :func:`run_key` gives
+the canonical name used as run directory and leaderboard key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PRIVACY_UNITS = ("user", "sample", "central")
+ACCOUNTANTS = ("rdp", "prv", "pld")
+GUARANTEES = ("formal", "simulated")
+PROFILES = ("tiny", "cpu", "paper")
+
+
+class SpecError(ValueError):
+    """A spec field is missing or has a value outside its allowed set."""
+
+
+@dataclass(frozen=True)
+class SplitRef:
+    """Where the split lives on disk; ``content_hash`` pins it (checked when given)."""
+
+    path: str
+    content_hash: str = ""
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PrivacySpec:
+    """The budget; ``epsilon=inf`` is the non-private bound, ``epsilon=0`` uses no private data."""
+
+    epsilon: float
+    delta: float
+    unit: str = "user"
+    accountant: str = "rdp"
+    guarantee: str = "formal"
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """Metrics by registered name, each with its settings."""
+
+    metrics: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    split: SplitRef
+    method: MethodSpec
+    privacy: PrivacySpec
+    evaluation: EvalSpec = EvalSpec()
+    seed: int = 0
+    profile: str = "tiny"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["privacy"]["epsilon"] = _encode_epsilon(self.privacy.epsilon)
+        data["evaluation"]["metrics"] = list(self.evaluation.metrics)
+        return data
+
+
+def _encode_epsilon(eps: float) -> float | str:
+    return "inf" if math.isinf(eps) else eps
+
+
+def _choice(where: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise SpecError(f"{where}: {value!r} is not one of {list(allowed)}")
+    return value
+
+
+def _fields(where: str, data: Any, allowed: tuple[str, ...], required: tuple[str, ...]) -> dict:
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: expected a mapping, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise SpecError(f"{where}.{unknown[0]}: unknown field; allowed fields: {list(allowed)}")
+    for name in required:
+        if name not in data:
+            raise SpecError(f"{where}.{name}: required field is missing")
+    return data
+
+
+def _number(where: str, value: Any, low: float, high: float, *, inf_ok: bool = False) -> float:
+    if isinstance(value, str) and value.strip().lower() in ("inf", "infinity", ".inf") and inf_ok:
+        return math.inf
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SpecError(f"{where}: expected a number, got {value!r}")
+    value = float(value)
+    if math.isinf(value) and inf_ok:
+        return value
+    if not (low <= value <= high) or math.isnan(value):
+        raise SpecError(f"{where}: {value!r} is outside the allowed range [{low}, {high}]")
+    return value
+
+
+def spec_from_dict(data: dict[str, Any]) -> RunSpec:
+    """Validate a spec mapping; every error names its field."""
+    top = ("split", "method", "privacy", "evaluation", "seed", "profile")
+    data = _fields("spec", data, top, ("split", "method", "privacy"))
+    split = _fields("split", data["split"], ("path", "content_hash"), ("path",))
+    method = _fields("method", data["method"], ("name", "params"), ("name",))
+    if not isinstance(method.get("params", {}), dict):
+        raise SpecError("method.params: expected a mapping")
+    privacy = _fields(
+        "privacy",
+        data["privacy"],
+        ("epsilon", "delta", "unit", "accountant", "guarantee"),
+        ("epsilon", "delta"),
+    )
+    evaluation = _fields("evaluation", data.get("evaluation", {}), ("metrics",), ())
+    metrics = []
+    for i, metric in enumerate(evaluation.get("metrics", [])):
+        if isinstance(metric, str):
+            metric = {"name": metric}
+        _fields(f"evaluation.metrics[{i}]", metric, ("name", "settings"), ("name",))
+        metrics.append({"name": metric["name"], "settings": dict(metric.get("settings", {}))})
+    seed = data.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise SpecError(f"seed: expected a non-negative integer, got {seed!r}")
+    return RunSpec(
+        split=SplitRef(str(split["path"]), str(split.get("content_hash", ""))),
+        method=MethodSpec(str(method["name"]), dict(method.get("params", {}))),
+        privacy=PrivacySpec(
+            epsilon=_number("privacy.epsilon", privacy["epsilon"], 0.0, math.inf, inf_ok=True),
+            delta=_number("privacy.delta", privacy["delta"], 0.0, 1.0),
+            unit=_choice("privacy.unit", privacy.get("unit", "user"), PRIVACY_UNITS),
+            accountant=_choice("privacy.accountant", privacy.get("accountant", "rdp"), ACCOUNTANTS),
+            guarantee=_choice("privacy.guarantee", privacy.get("guarantee", "formal"), GUARANTEES),
+        ),
+        evaluation=EvalSpec(tuple(metrics)),
+        seed=seed,
+        profile=_choice("profile", data.get("profile", "tiny"), PROFILES),
+    )
+
+
+def load_spec(path: str | Path) -> RunSpec:
+    """Read a YAML or JSON spec file (JSON is valid YAML)."""
+    text = Path(path).read_text()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML/JSON: {exc}") from exc
+    return spec_from_dict(data)
+
+
+@dataclass(frozen=True)
+class ResolvedSpec:
+    """A spec whose method config is explicit (defaults of the profile merged in)."""
+
+    spec: RunSpec
+    method_config: dict[str, Any]
+    split_name: str
+    split_version: str
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self.spec.to_dict()
+        data["method"]["config"] = self.method_config
+        data["split"]["name"] = self.split_name
+        data["split"]["version"] = self.split_version
+        return data
+
+    @property
+    def run_key(self) -> str:
+        return run_key(self)
+
+
+def run_key(resolved: ResolvedSpec) -> str:
+    """Readable canonical key plus a hash of the full resolved spec (unique per config)."""
+    spec = resolved.spec
+    digest = hashlib.sha256(
+        json.dumps(resolved.to_dict(), sort_keys=True, default=str).encode()
+    ).hexdigest()[:10]
+    eps = "inf" if math.isinf(spec.privacy.epsilon) else f"{spec.privacy.epsilon:g}"
+    return (
+        f"{resolved.split_name}@{resolved.split_version}__{spec.method.name}__eps{eps}"
+        f"__{spec.privacy.unit}__seed{spec.seed}__{spec.profile}__{digest}"
+    )
