@@ -196,6 +196,23 @@ class ClientPool:
         self._release_index += 1
         return Aggregate(total, sample_rate * self.num_clients)
 
+    def centralized(self, train_fn: Callable[[list[ClientData]], Any], *, label: str) -> Any:
+        """Run ``train_fn`` on every client's data at once (the ε = ∞ bound only).
+
+        Records a non-private release, so the ledger's ε is infinite; refused in any
+        private run.
+        """
+        if not self._allow_nonprivate:
+            raise PrivacyError(
+                "centralized access to client data is only allowed in a non-private run "
+                "(privacy.epsilon: inf)"
+            )
+        with client_scope():
+            result = train_fn(self._clients)
+        self._ledger.record(Release(NONPRIVATE, 0.0, math.inf, 1.0, 1, label, unit=self._unit))
+        self._release_index += 1
+        return result
+
     def open_tree(
         self, name: str, *, dim: int, clip_norm: float, noise_multiplier: float, cohort_size: int
     ) -> int:
