@@ -1,0 +1,180 @@
+"""The privacy boundary: what server code can and cannot get from the client pool."""
+
+import numpy as np
+import pytest
+
+from benchmark.federation.clients import ClientData
+from benchmark.federation.pool import ClientPool, clip_rows
+from benchmark.federation.tree import covering_nodes
+from benchmark.privacy.errors import PrivacyError
+from benchmark.privacy.ledger import (
+    NONPRIVATE,
+    SUBSAMPLED_GAUSSIAN,
+    TREE_AGGREGATION,
+    PrivacyLedger,
+)
+
+
+def make_pool(n=6, seed=0, allow_nonprivate=False):
+    clients = {
+        f"c{i}": [{"text": f"client {i} says {j}", "label": i} for j in range(2)] for i in range(n)
+    }
+    return ClientPool(clients, ledger=PrivacyLedger(), seed=seed, allow_nonprivate=allow_nonprivate)
+
+
+def count_chars(client: ClientData, payload) -> np.ndarray:
+    return np.array([sum(len(t) for t in client.texts), 1.0])
+
+
+def test_server_cannot_read_client_texts():
+    pool = make_pool()
+    with pytest.raises(PrivacyError, match="only receives clipped, noised aggregates"):
+        pool.clients  # noqa: B018
+    leaked = []
+    pool.aggregate(
+        lambda c, p: leaked.append(c) or np.zeros(1),
+        dim=1,
+        clip_norm=1,
+        noise_multiplier=1.0,
+        label="leak",
+    )
+    with pytest.raises(PrivacyError, match="server-side code tried to read client texts"):
+        leaked[0].texts  # noqa: B018
+
+
+def test_client_data_cannot_be_pickled_out():
+    import pickle
+
+    pool = make_pool()
+    leaked = []
+    pool.aggregate(
+        lambda c, p: leaked.append(c) or np.zeros(1),
+        dim=1,
+        clip_norm=1,
+        noise_multiplier=1.0,
+        label="leak",
+    )
+    with pytest.raises(PrivacyError):
+        pickle.dumps(leaked[0])
+
+
+def test_noise_and_clipping_cannot_be_skipped():
+    pool = make_pool()
+    with pytest.raises(PrivacyError, match="only allowed in a non-private run"):
+        pool.aggregate(count_chars, dim=2, clip_norm=1.0, noise_multiplier=0.0, label="x")
+    with pytest.raises(PrivacyError, match="finite clip_norm"):
+        pool.aggregate(count_chars, dim=2, clip_norm=float("inf"), noise_multiplier=1.0, label="x")
+    with pytest.raises(PrivacyError, match="must return numbers"):
+        pool.aggregate(
+            lambda c, p: np.array(c.texts), dim=2, clip_norm=1.0, noise_multiplier=1.0, label="x"
+        )
+    with pytest.raises(PrivacyError, match="centralized access"):
+        pool.centralized(lambda cs: None, label="x")
+    assert pool.ledger.releases == []
+
+
+def test_aggregate_clips_each_client_and_adds_declared_noise():
+    nonprivate = make_pool(allow_nonprivate=True)
+    exact = nonprivate.aggregate(count_chars, dim=2, clip_norm=1.0, noise_multiplier=0.0, label="a")
+    # every client's vector has norm > 1, so each contributes exactly a unit vector
+    rows = np.array([[sum(len(f"client {i} says {j}") for j in range(2)), 1.0] for i in range(6)])
+    np.testing.assert_allclose(exact.noisy_sum, clip_rows(rows, 1.0).sum(0))
+    assert nonprivate.ledger.releases[0].mechanism == NONPRIVATE
+
+    noisy = [
+        make_pool(seed=s)
+        .aggregate(count_chars, dim=2, clip_norm=1.0, noise_multiplier=5.0, label="a")
+        .noisy_sum
+        for s in range(300)
+    ]
+    residual = np.array(noisy) - exact.noisy_sum
+    assert abs(residual.std() - 5.0) < 0.4  # noise std = sigma * clip
+    assert abs(residual.mean()) < 0.5
+
+
+def test_release_is_recorded_and_costs_counted():
+    pool = make_pool()
+    payload = {"model": np.zeros(10), "prompts": ["a", "b"]}
+    pool.aggregate(count_chars, payload, dim=2, clip_norm=1.0, noise_multiplier=2.0, label="r0")
+    (release,) = pool.ledger.releases
+    assert (release.mechanism, release.noise_multiplier, release.sensitivity) == (
+        SUBSAMPLED_GAUSSIAN,
+        2.0,
+        1.0,
+    )
+    assert (release.sample_rate, release.sampling, release.count) == (1.0, "full", 1)
+    summary = pool.costs.summary()
+    assert summary["floats_down_per_client_round"] == 10
+    assert summary["texts_down_per_client_round"] == 2
+    assert summary["floats_up_per_client_round"] == 2
+    assert summary["participations"] == 6
+
+
+def test_poisson_sampling_is_seeded_and_hides_the_count():
+    counts = []
+    for seed in range(2):
+        pool = make_pool(n=200, seed=seed)
+        agg = pool.aggregate(
+            lambda c, p: np.ones(1) * 0.01,
+            dim=1,
+            clip_norm=1.0,
+            noise_multiplier=1e-9,
+            sample_rate=0.25,
+            label="p",
+        )
+        counts.append(pool.costs.participations)
+        assert agg.expected_count == 50
+        assert pool.ledger.releases[0].sampling == "poisson"
+    assert counts[0] != counts[1] and all(20 < c < 80 for c in counts)
+    again = make_pool(n=200, seed=0)
+    again.aggregate(
+        lambda c, p: np.ones(1),
+        dim=1,
+        clip_norm=1.0,
+        noise_multiplier=1.0,
+        sample_rate=0.25,
+        label="p",
+    )
+    assert again.costs.participations == counts[0]
+
+
+def test_batched_client_function_rows_are_clipped_separately():
+    pool = make_pool(allow_nonprivate=True)
+
+    def batched(batch, payload):
+        means = batch.memo_rows("n", lambda cs: np.array([[len(c.texts) * 10.0] for c in cs]))
+        return means
+
+    agg = pool.aggregate(
+        batched, dim=1, clip_norm=1.0, noise_multiplier=0.0, label="b", batched=True
+    )
+    assert agg.noisy_sum[0] == pytest.approx(6.0)
+
+
+def test_covering_nodes_partition_prefix():
+    for t in range(1, 40):
+        nodes = covering_nodes(t)
+        covered = sorted(i for lvl, idx in nodes for i in range(idx << lvl, (idx + 1) << lvl))
+        assert covered == list(range(t))
+        assert len(nodes) <= t.bit_length()
+
+
+def test_tree_aggregation_prefix_sums_and_single_participation():
+    pool = make_pool(n=8, allow_nonprivate=True)
+    leaves = pool.open_tree("t", dim=1, clip_norm=1.0, noise_multiplier=1e-12, cohort_size=2)
+    assert leaves == 4
+    (release,) = pool.ledger.releases
+    assert release.mechanism == TREE_AGGREGATION and release.count == 4
+    sums = [pool.tree_step("t", lambda c, p: np.array([0.5]))[0] for _ in range(4)]
+    np.testing.assert_allclose(sums, [1.0, 2.0, 3.0, 4.0], atol=1e-9)
+    with pytest.raises(PrivacyError, match="no client contributes twice"):
+        pool.tree_step("t", lambda c, p: np.array([0.5]))
+
+
+def test_pool_state_round_trip_reproduces_noise():
+    a, b = make_pool(seed=3), make_pool(seed=3)
+    a.aggregate(count_chars, dim=2, clip_norm=1.0, noise_multiplier=1.0, label="x")
+    b.load_state_dict(a.state_dict())
+    x = a.aggregate(count_chars, dim=2, clip_norm=1.0, noise_multiplier=1.0, label="y")
+    y = b.aggregate(count_chars, dim=2, clip_norm=1.0, noise_multiplier=1.0, label="y")
+    np.testing.assert_array_equal(x.noisy_sum, y.noisy_sum)
