@@ -108,16 +108,22 @@ def run(
     runs_root: Path = Path("runs"),
     stop_after_round: int | None = None,
     profile: Any = None,
+    split: FederatedSplit | None = None,
 ) -> RunResult:
-    """Run (or resume) ``spec``; returns its result record and artifact."""
-    from benchmark.profiles import get_profile
+    """Run (or resume) ``spec``; returns its result record and artifact.
 
-    split = load_run_split(spec)
+    ``profile`` and ``split`` may be passed in when the caller already holds them (the
+    quickstart, tests); otherwise they are loaded from the spec.
+    """
+    split = split or load_run_split(spec)
     resolved, method_cls = resolve(spec, split)
     run_dir = runs_root / resolved.run_key
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "spec.json").write_text(json.dumps(resolved.to_dict(), indent=1))
-    profile = profile or get_profile(spec.profile)
+    if profile is None:
+        from benchmark.profiles import get_profile
+
+        profile = get_profile(spec.profile)
 
     ledger = PrivacyLedger()
     pool = ClientPool(
