@@ -181,13 +181,14 @@ def run(
     artifact.save(run_dir / ARTIFACT)
     method_seconds = elapsed + time.perf_counter() - began
 
-    metrics = evaluate_artifact(artifact, spec, split, profile, run_dir, pool.costs.summary())
+    report = evaluate_artifact(artifact, spec, split, profile, run_dir, pool.costs.summary())
     record = build_record(
         resolved=resolved,
         split=split,
         epsilon=epsilon,
         ledger=ledger,
-        metrics=metrics,
+        metrics=flatten_metrics(report),
+        evaluation=report,
         costs={
             **pool.costs.summary(),
             "server_seconds": max(method_seconds - pool.costs.client_seconds, 0.0),
@@ -207,12 +208,24 @@ def evaluate_artifact(
     run_dir: Path,
     costs: dict[str, float],
 ) -> dict[str, Any]:
+    """Evaluate the artifact; returns the evaluator's full report (metrics by label)."""
     if not spec.evaluation.metrics:
-        return {}
+        return {"metrics": {}, "settings": {}, "skipped": {}}
     from benchmark.evaluation.base import EvalContext, evaluate
 
     eval_dir = run_dir / "eval"
     eval_dir.mkdir(exist_ok=True)
     _seed_torch(spec.seed, -2)
     ctx = EvalContext(split=split, profile=profile, seed=spec.seed, work_dir=eval_dir, costs=costs)
-    return evaluate(artifact, ctx, list(spec.evaluation.metrics))
+    metric_specs = [{"name": m["name"], **m["settings"]} for m in spec.evaluation.metrics]
+    return evaluate(artifact, ctx, metric_specs)
+
+
+def flatten_metrics(report: dict[str, Any]) -> dict[str, float]:
+    """``{"fid": {"fid": 3.1}}`` → ``{"fid.fid": 3.1}``: the numbers tables are built from."""
+    return {
+        f"{label}.{key}": float(value)
+        for label, values in report["metrics"].items()
+        for key, value in values.items()
+        if isinstance(value, int | float) and not isinstance(value, bool)
+    }

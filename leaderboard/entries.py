@@ -1,0 +1,102 @@
+"""Leaderboard entries: the per-seed run records of one configuration, aggregated.
+
+An entry's key is its run key without the seed; its metrics carry mean, std and a
+t-interval over seeds; ε is the largest ε recomputed over its seeds' ledgers. The
+``integrity`` digest covers everything else, so a hand-edited entry is detected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from benchmark.evaluation.stats import summarize
+from leaderboard.schema import ENTRY_SCHEMA_VERSION, EntryError, validate_entry
+
+AUDIT_PREFIXES = ("mia.", "dcr.")
+METRIC_DEFINITIONS_VERSION = 1  # bump when a metric's definition changes
+
+
+def leaderboard_version(split_hashes: Sequence[str], metric_specs: Sequence[dict]) -> str:
+    """A version is fixed by its split versions and metric definitions."""
+    payload = {
+        "splits": sorted(split_hashes),
+        "metrics": sorted(json.dumps(m, sort_keys=True) for m in metric_specs),
+        "metric_definitions": METRIC_DEFINITIONS_VERSION,
+    }
+    digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    return f"lb-{digest[:10]}"
+
+
+def integrity_digest(entry: dict[str, Any]) -> str:
+    body = {k: v for k, v in entry.items() if k != "integrity"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def entry_key(run_key: str, seed: int) -> str:
+    marker = f"__seed{seed}__"
+    if marker not in run_key:
+        raise EntryError(f"run key {run_key!r} does not contain {marker!r}")
+    return run_key.replace(marker, "__", 1)
+
+
+def _numeric_metrics(record: dict[str, Any]) -> dict[str, float]:
+    return {
+        k: float(v)
+        for k, v in record["metrics"].items()
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    }
+
+
+def _epsilon_value(value: float | str) -> float:
+    return float("inf") if value == "inf" else float(value)
+
+
+def build_entry(run_records: Sequence[dict[str, Any]], lb_version: str) -> dict[str, Any]:
+    """Aggregate the run records of one configuration (one per seed) into an entry."""
+    if not run_records:
+        raise EntryError("an entry needs at least one run record")
+    first = run_records[0]
+    keys = {entry_key(r["run_key"], r["spec"]["seed"]) for r in run_records}
+    if len(keys) != 1:
+        raise EntryError(f"run records of different configurations: {sorted(keys)}")
+    per_seed = [_numeric_metrics(r) for r in run_records]
+    names = sorted(set.intersection(*(set(m) for m in per_seed)))
+    summaries = {}
+    for name in names:
+        values = [m[name] for m in per_seed]
+        summaries[name] = {**summarize(values).as_dict(), "values": values}
+    epsilons = [_epsilon_value(r["privacy"]["epsilon"]) for r in run_records]
+    eps = max(epsilons)
+    spec = dict(first["spec"])
+    spec["seeds"] = sorted(r["spec"]["seed"] for r in run_records)
+    spec.pop("seed", None)
+    costs = {k: sum(r["costs"][k] for r in run_records) / len(run_records) for k in first["costs"]}
+    entry = {
+        "schema_version": ENTRY_SCHEMA_VERSION,
+        "leaderboard_version": lb_version,
+        "entry_key": keys.pop(),
+        "spec": spec,
+        "split": first["split"],
+        "contamination": first["contamination"],
+        "method": first["method"],
+        "privacy": {
+            **{k: first["privacy"][k] for k in ("epsilon_budget", "delta", "unit", "accountant")},
+            "guarantee": first["privacy"]["guarantee"],
+            "epsilon": "inf" if eps == float("inf") else eps,
+            "ledgers": [r["privacy"]["ledger"] for r in run_records],
+        },
+        "metrics": {k: v for k, v in summaries.items() if not k.startswith(AUDIT_PREFIXES)},
+        "audit": {k: v for k, v in summaries.items() if k.startswith(AUDIT_PREFIXES)},
+        "costs": costs,
+        "hardware": first["hardware"],
+        "wall_seconds": sum(r["wall_seconds"] for r in run_records),
+        "code_version": first["code_version"],
+        "packages": first["packages"],
+        "runs": [r["run_key"] for r in run_records],
+    }
+    entry["integrity"] = integrity_digest(entry)
+    validate_entry(entry)
+    return entry

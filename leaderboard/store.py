@@ -1,0 +1,146 @@
+"""The results store: JSON entries under ``results/<leaderboard-version>/<split>/`` are the
+source of truth; an SQLite index is rebuilt from them on demand for queries."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from leaderboard.entries import integrity_digest
+from leaderboard.schema import EntryError, validate_entry
+
+INDEX_NAME = ".index.sqlite"
+
+
+def entry_path(root: Path, entry: dict[str, Any]) -> Path:
+    return (
+        root / entry["leaderboard_version"] / entry["split"]["name"] / f"{entry['entry_key']}.json"
+    )
+
+
+def write_entry(root: Path, entry: dict[str, Any]) -> Path:
+    """Validate, then write atomically."""
+    validate_entry(entry)
+    path = entry_path(root, entry)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_entry(path: Path) -> dict[str, Any]:
+    """Read and validate one entry (schema and integrity digest)."""
+    try:
+        entry = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise EntryError(f"{path}: not valid JSON: {exc}") from exc
+    validate_entry(entry)
+    if integrity_digest(entry) != entry["integrity"]:
+        raise EntryError(
+            f"{path}: integrity digest mismatch: the entry was edited after it was written"
+        )
+    return entry
+
+
+MANIFESTS_DIR = "_manifests"
+
+
+def entry_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.glob("lb-*/*/*.json") if p.parent.name != MANIFESTS_DIR)
+
+
+def write_manifest(root: Path, lb_version: str, name: str, manifest: dict[str, Any]) -> Path:
+    """Keep the split manifest beside the entries so verification needs no split data."""
+    path = root / lb_version / MANIFESTS_DIR / f"{name}@{manifest['version']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def manifest_hashes(root: Path) -> dict[str, str]:
+    """Split version → content hash, from every stored manifest."""
+    hashes = {}
+    for path in root.glob(f"lb-*/{MANIFESTS_DIR}/*.json"):
+        manifest = json.loads(path.read_text())
+        hashes[manifest["version"]] = manifest["content_hash"]
+    return hashes
+
+
+def versions(root: Path) -> list[str]:
+    return sorted(p.name for p in root.glob("lb-*") if p.is_dir())
+
+
+@dataclass(frozen=True)
+class Row:
+    """One indexed entry: the columns tables filter and sort on, plus the entry itself."""
+
+    leaderboard_version: str
+    split: str
+    method: str
+    epsilon: float
+    epsilon_budget: float
+    guarantee: str
+    path: str
+    entry: dict[str, Any]
+
+
+def _eps(value: float | str) -> float:
+    return math.inf if value == "inf" else float(value)
+
+
+def rebuild_index(root: Path) -> Path:
+    """Recreate the SQLite index from the JSON entries (invalid entries are refused)."""
+    db_path = root / INDEX_NAME
+    tmp = root / (INDEX_NAME + ".tmp")
+    tmp.unlink(missing_ok=True)
+    with sqlite3.connect(tmp) as db:
+        db.execute(
+            "CREATE TABLE entries (leaderboard_version TEXT, split TEXT, method TEXT, "
+            "epsilon REAL, epsilon_budget REAL, guarantee TEXT, path TEXT PRIMARY KEY, json TEXT)"
+        )
+        for path in entry_files(root):
+            entry = read_entry(path)
+            db.execute(
+                "INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    entry["leaderboard_version"],
+                    entry["split"]["name"],
+                    entry["method"]["name"],
+                    _eps(entry["privacy"]["epsilon"]),
+                    _eps(entry["privacy"]["epsilon_budget"]),
+                    entry["privacy"]["guarantee"],
+                    str(path.relative_to(root)),
+                    json.dumps(entry),
+                ),
+            )
+    os.replace(tmp, db_path)
+    return db_path
+
+
+def query(
+    root: Path,
+    *,
+    version: str | None = None,
+    split: str | None = None,
+    epsilon_budget: float | None = None,
+) -> list[Row]:
+    """Entries of one leaderboard version (default: the newest), optionally filtered."""
+    db_path = rebuild_index(root)
+    version = version or (versions(root) or [None])[-1]
+    sql, args = "SELECT * FROM entries WHERE leaderboard_version = ?", [version]
+    if split:
+        sql, args = sql + " AND split = ?", [*args, split]
+    with sqlite3.connect(db_path) as db:
+        rows = [
+            Row(v, s, m, e, b, g, p, json.loads(j))
+            for v, s, m, e, b, g, p, j in db.execute(sql + " ORDER BY split, method, epsilon", args)
+        ]
+    if epsilon_budget is not None:
+        rows = [r for r in rows if r.epsilon_budget in (epsilon_budget, 0.0, math.inf)]
+    return rows
