@@ -1,16 +1,117 @@
-"""``fedsynth leaderboard``: browse, verify and publish result records."""
+"""``fedsynth leaderboard``: show tables, write/serve the site, verify entries."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
+import json
+import sys
+from pathlib import Path
+
 import click
+
+RESULTS = click.option(
+    "--results",
+    "results_dir",
+    type=click.Path(file_okay=False),
+    default="results",
+    show_default=True,
+    help="Root of the results store (results/<leaderboard-version>/...).",
+)
+VERSION = click.option(
+    "--version", "version", default=None, help="Leaderboard version (default: newest)."
+)
 
 
 @click.group("leaderboard")
 def leaderboard_group() -> None:
-    """Browse and publish the versioned leaderboard (not yet available)."""
+    """Browse, verify and publish the versioned leaderboard (results/ is the source of truth)."""
 
 
 @leaderboard_group.command("show")
-def show() -> None:
-    """Print the leaderboard table (not yet available)."""
-    raise click.ClickException("`leaderboard show` is not yet available")
+@RESULTS
+@VERSION
+@click.option("--dataset", default=None, help="Only this split name.")
+@click.option("--metric", default="next_token.top1", show_default=True, help="Metric to tabulate.")
+@click.option(
+    "--epsilon", type=float, default=None, help="Only this ε budget (bounds always shown)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the tables as JSON.")
+def show(
+    results_dir: str,
+    version: str | None,
+    dataset: str | None,
+    metric: str,
+    epsilon: float | None,
+    as_json: bool,
+) -> None:
+    """Print methods × ε tables like the papers' (best per column in bold, gap closed)."""
+    from leaderboard.store import query
+    from leaderboard.tables import build_table, render_text
+
+    rows = query(Path(results_dir), version=version, split=dataset, epsilon_budget=epsilon)
+    if not rows:
+        raise click.ClickException(f"no leaderboard entries under {results_dir}")
+    tables = [build_table(rows, split, metric) for split in sorted({r.split for r in rows})]
+    tables = [t for t in tables if t.methods]
+    if not tables:
+        raise click.ClickException(f"no entry has metric {metric!r}")
+    if as_json:
+        click.echo(json.dumps([t.to_json() for t in tables], indent=1))
+        return
+    bold = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("*", "*")
+    click.echo(f"leaderboard {rows[0].leaderboard_version}")
+    for table in tables:
+        click.echo(render_text(table, bold))
+
+
+@leaderboard_group.command("site")
+@RESULTS
+@VERSION
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True)
+@click.option("--metric", default="next_token.top1", show_default=True, help="Metric of the plots.")
+def site(results_dir: str, version: str | None, out_dir: str, metric: str) -> None:
+    """Write the static site: sortable tables per split, ε plots, linked entries."""
+    from leaderboard.site import write_site
+    from leaderboard.store import query
+
+    rows = query(Path(results_dir), version=version)
+    index = write_site(rows, Path(results_dir), Path(out_dir), metric)
+    click.echo(f"wrote {index} ({len(rows)} entries)")
+
+
+@leaderboard_group.command("serve")
+@click.option(
+    "--dir",
+    "site_dir",
+    type=click.Path(exists=True, file_okay=False),
+    default="site",
+    show_default=True,
+    help="A directory written by `leaderboard site`.",
+)
+@click.option("--port", type=int, default=8000, show_default=True)
+def serve(site_dir: str, port: int) -> None:
+    """Serve the site on http://127.0.0.1:PORT until interrupted."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=site_dir)
+    with http.server.ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
+        click.echo(f"serving {site_dir} on http://127.0.0.1:{port}/ (Ctrl-C to stop)")
+        with contextlib.suppress(KeyboardInterrupt):
+            server.serve_forever()
+
+
+@leaderboard_group.command("verify")
+@RESULTS
+def verify(results_dir: str) -> None:
+    """Check every entry: schema, integrity digest, ε recomputed from its ledgers, split hash."""
+    from leaderboard.store import entry_files, manifest_hashes
+    from leaderboard.verify import verify_tree
+
+    root = Path(results_dir)
+    problems = verify_tree(root, manifest_hashes(root))
+    for path, problem in problems:
+        click.echo(f"REJECTED {path}: {problem}", err=True)
+    total = len(entry_files(root))
+    if problems:
+        raise click.ClickException(f"{len(problems)} of {total} entries failed verification")
+    click.echo(f"all {total} entries verified")

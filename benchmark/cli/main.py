@@ -9,6 +9,7 @@ from benchmark.cli.leaderboard import leaderboard_group
 from benchmark.cli.privacy import privacy_group
 from benchmark.cli.run import run_command
 from benchmark.cli.splits import splits_group
+from benchmark.cli.suite import quickstart, submit
 from benchmark.registry import RegistryError, load_plugin_file
 
 
@@ -40,3 +41,5 @@ cli.add_command(leaderboard_group)
 cli.add_command(methods_group)
 cli.add_command(datasets_group)
 cli.add_command(privacy_group)
+cli.add_command(quickstart)
+cli.add_command(submit)

@@ -1,0 +1,121 @@
+"""``fedsynth quickstart`` and ``fedsynth submit``: run a named suite end to end."""
+
+from __future__ import annotations
+
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from benchmark.privacy.errors import PrivacyError
+from benchmark.registry import RegistryError, load_plugin_file
+from benchmark.spec import SpecError
+
+STORE_OPTIONS = [
+    click.option("--results", default="results", show_default=True, help="Results store root."),
+    click.option("--runs", default="runs", show_default=True, help="Run state root (resumable)."),
+    click.option("--splits", default="data/splits", show_default=True, help="Split build root."),
+]
+
+
+def store_options(command):
+    for option in reversed(STORE_OPTIONS):
+        command = option(command)
+    return command
+
+
+def run_with_progress(
+    suite_name: str, methods: list[str] | None, results: str, runs: str, splits: str
+) -> list[dict[str, Any]]:
+    """Run a suite with a progress bar over its runs; errors become clean CLI messages."""
+    from tqdm import tqdm
+
+    from leaderboard.suites import get_suite, run_suite
+
+    suite = get_suite(suite_name)
+    todo = methods or list(suite.methods)
+    total = sum(len(suite.budgets(m)) * len(suite.seeds) for m in todo)
+    with tqdm(total=total, desc=f"suite {suite_name}", unit="run") as bar:
+
+        def advance(label: str) -> None:
+            bar.set_postfix_str(f"done: {label}")
+            bar.update(1)
+
+        try:
+            return run_suite(
+                suite,
+                methods=todo,
+                results_root=Path(results),
+                runs_root=Path(runs),
+                splits_root=Path(splits),
+                on_run=advance,
+            )
+        except (SpecError, RegistryError, PrivacyError, ValueError) as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@click.command("quickstart")
+@store_options
+@click.option("--suite", "suite_name", default="quick", show_default=True, help="Suite to run.")
+@click.option(
+    "--site", "site_dir", default="site", show_default=True, help="Where to write the site."
+)
+def quickstart(results: str, runs: str, splits: str, suite_name: str, site_dir: str) -> None:
+    """The main job: build the KJV split, run every published method of the suite
+    (cpu profile, ε=1 plus the ε=0 and ε=∞ bounds), evaluate, write entries under
+    results/, print the leaderboard table and write the static site."""
+    from leaderboard.site import write_site
+    from leaderboard.store import query
+    from leaderboard.tables import build_table, render_text
+
+    began = time.perf_counter()
+    entries = run_with_progress(suite_name, None, results, runs, splits)
+    version = entries[0]["leaderboard_version"]
+    rows = query(Path(results), version=version)
+    for split in sorted({r.split for r in rows}):
+        click.echo(render_text(build_table(rows, split), ("*", "*")))
+    index = write_site(rows, Path(results), Path(site_dir))
+    click.echo(f"site: {index}")
+    click.echo(f"quickstart finished in {time.perf_counter() - began:.0f} s")
+
+
+@click.command("submit")
+@click.argument("adapter", type=click.Path(exists=True, dir_okay=False))
+@store_options
+@click.option("--suite", "suite_name", default="quick", show_default=True, help="Suite to run.")
+@click.option("--bundle", default=None, help="Path of the submission bundle (.tar.gz).")
+def submit(
+    adapter: str, results: str, runs: str, splits: str, suite_name: str, bundle: str | None
+) -> None:
+    """Run a third-party method adapter (a Python file that registers one method) through
+    a suite with the same splits, budgets, seeds and evaluation as the published entries,
+    write its entries, and pack them with their specs and split manifests into a bundle."""
+    from benchmark.registry import METHODS
+
+    before = set(METHODS.names())
+    try:
+        load_plugin_file(adapter)
+    except RegistryError as exc:
+        raise click.ClickException(str(exc)) from exc
+    added = sorted(set(METHODS.names()) - before)
+    if len(added) != 1:
+        raise click.ClickException(f"{adapter} must register exactly one new method, got {added}")
+    entries = run_with_progress(suite_name, added, results, runs, splits)
+    out = Path(bundle or f"submission-{added[0]}.tar.gz")
+    write_bundle(out, Path(results), entries)
+    click.echo(f"method {added[0]}: {len(entries)} entries; bundle {out}")
+
+
+def write_bundle(out: Path, results_root: Path, entries: list[dict[str, Any]]) -> None:
+    """Entries (which embed their resolved specs) plus the split manifests they cite."""
+    from leaderboard.store import MANIFESTS_DIR, entry_path
+
+    with tarfile.open(out, "w:gz") as tar:
+        for entry in entries:
+            path = entry_path(results_root, entry)
+            tar.add(path, arcname=str(path.relative_to(results_root)))
+            manifests = results_root / entry["leaderboard_version"] / MANIFESTS_DIR
+            for manifest in manifests.glob(f"{entry['split']['name']}@*.json"):
+                tar.add(manifest, arcname=str(manifest.relative_to(results_root)))

@@ -1,0 +1,144 @@
+"""Named suites: the same split, budgets, seeds and evaluation for every method ranked.
+
+``quick`` is the offline quickstart of ``make run`` (KJV demo split, ``cpu`` profile, ε=1);
+``tiny`` is the same protocol on the ``tiny`` profile, for tests. A third-party adapter
+submitted with ``fedsynth submit`` is run through a suite exactly like the built-ins.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmark.data import FederatedSplit
+from benchmark.spec import RunSpec, spec_from_dict
+from leaderboard.entries import build_entry, entry_key, leaderboard_version
+from leaderboard.store import write_entry, write_manifest
+
+PUBLISHED_METHODS = (
+    "public_only",
+    "nonprivate",
+    "dp_fedavg",
+    "dp_ftrl",
+    "pre_text",
+    "pe_sft",
+    "popri",
+)
+BOUND_EPSILONS = {"public_only": 0.0, "nonprivate": math.inf}
+STANDARD_METRICS = (
+    {"name": "next_token", "settings": {}},
+    {"name": "fid", "settings": {}},
+    {"name": "mia", "settings": {}},
+    {"name": "dcr", "settings": {}},
+)
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    source: str
+    split_options: dict[str, Any]
+    profile: str
+    epsilons: tuple[float, ...]
+    delta: float
+    seeds: tuple[int, ...]
+    metrics: tuple[dict[str, Any], ...] = STANDARD_METRICS
+    methods: tuple[str, ...] = PUBLISHED_METHODS
+    method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def budgets(self, method: str) -> tuple[float, ...]:
+        return (BOUND_EPSILONS[method],) if method in BOUND_EPSILONS else self.epsilons
+
+    def spec(self, method: str, epsilon: float, seed: int, split_path: Path) -> RunSpec:
+        return spec_from_dict(
+            {
+                "split": {"path": str(split_path)},
+                "method": {"name": method, "params": self.method_params.get(method, {})},
+                "privacy": {"epsilon": epsilon, "delta": self.delta},
+                "evaluation": {"metrics": list(self.metrics)},
+                "seed": seed,
+                "profile": self.profile,
+            }
+        )
+
+
+SUITES = {
+    "quick": Suite(
+        name="quick",
+        source="kjv",
+        split_options={},
+        profile="cpu",
+        epsilons=(1.0,),
+        delta=3e-6,
+        seeds=(0,),
+    ),
+    "tiny": Suite(
+        name="tiny",
+        source="kjv",
+        split_options={"max_records": 3000},
+        profile="tiny",
+        epsilons=(1.0,),
+        delta=3e-6,
+        seeds=(0,),
+    ),
+}
+
+
+def get_suite(name: str) -> Suite:
+    if name not in SUITES:
+        raise ValueError(f"unknown suite {name!r}; available: {sorted(SUITES)}")
+    return SUITES[name]
+
+
+def ensure_split(suite: Suite, splits_root: Path) -> Path:
+    """Build the suite's split once (deterministic: same options, same hash)."""
+    from benchmark.registry import DATASETS
+    from datasets_builders.pipeline import build_split, options_for
+    from datasets_builders.storage import is_complete
+
+    out = splits_root / f"{suite.source}-{suite.name}"
+    if not is_complete(out):
+        source = DATASETS.get(suite.source)()
+        build_split(source, options_for(source, suite.split_options), out)
+    return out
+
+
+def run_suite(
+    suite: Suite,
+    *,
+    methods: Sequence[str] | None = None,
+    results_root: Path,
+    runs_root: Path,
+    splits_root: Path,
+    on_run: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run every (method, ε, seed) of the suite; write and return one entry per (method, ε).
+
+    ``on_run`` is called with a label after each finished run (progress reporting).
+    """
+    from benchmark.profiles import get_profile
+    from benchmark.runner import run
+    from datasets_builders.storage import load_split
+
+    split_path = ensure_split(suite, splits_root)
+    split: FederatedSplit = load_split(split_path)
+    profile = get_profile(suite.profile)
+    lb_version = leaderboard_version([split.content_hash], suite.metrics)
+    write_manifest(results_root, lb_version, split.name, split.manifest)
+    grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for method in methods or suite.methods:
+        for eps in suite.budgets(method):
+            for seed in suite.seeds:
+                spec = suite.spec(method, eps, seed, split_path)
+                result = run(spec, runs_root=runs_root, profile=profile, split=split)
+                grouped[entry_key(result.run_key, seed)].append(result.record)
+                if on_run:
+                    on_run(f"{method} ε={eps:g} seed={seed}")
+    entries = [build_entry(records, lb_version) for records in grouped.values()]
+    for entry in entries:
+        write_entry(results_root, entry)
+    return entries
