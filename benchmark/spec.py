@@ -17,8 +17,9 @@ from typing import Any
 
 import yaml
 
+from benchmark.privacy.accountants import ACCOUNTANTS
+
 PRIVACY_UNITS = ("user", "sample", "central")
-ACCOUNTANTS = ("rdp", "prv", "pld")
 GUARANTEES = ("formal", "simulated")
 PROFILES = ("tiny", "cpu", "paper")
 
