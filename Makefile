@@ -9,6 +9,8 @@ export TRANSFORMERS_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
+BROWSER := /usr/bin/chromium
+
 .PHONY: install run test lint format clean
 
 install: $(STAMP)
@@ -24,7 +26,11 @@ $(STAMP): pyproject.toml requirements.txt requirements-nodeps.txt constraints.tx
 run: $(STAMP)
 	$(VENV)/bin/fedsynth quickstart
 
-test: $(STAMP)
+# Debian's Chromium + ChromeDriver for the site test (CI runs as root).
+$(BROWSER):
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver
+
+test: $(STAMP) $(BROWSER)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -q -m "not slow"
 

@@ -20,6 +20,18 @@ def _finite_or_str(value: float) -> float | str:
     return value if math.isfinite(value) else "inf"
 
 
+def contamination(manifest: dict[str, Any], generator: str) -> dict[str, str]:
+    """Whether the profile's generator may have seen the split's private data."""
+    from datasets_builders.contamination import check
+
+    model = generator.split()[0] if generator else "unknown"
+    try:
+        verdict = check(manifest, model)
+    except KeyError:
+        return {"model": model, "verdict": "unknown", "reason": "no registered cut-off date"}
+    return {"model": verdict.model, "verdict": verdict.status, "reason": verdict.reason}
+
+
 def build_record(
     *,
     resolved: ResolvedSpec,
@@ -42,6 +54,7 @@ def build_record(
             "version": split.version,
             "content_hash": split.content_hash,
         },
+        "contamination": contamination(split.manifest, profile.describe().get("generator", "")),
         "method": {"name": spec.method.name, "config": resolved.method_config},
         "privacy": {
             "epsilon": _finite_or_str(epsilon),

@@ -183,11 +183,16 @@ class ResolvedSpec:
 
 
 def run_key(resolved: ResolvedSpec) -> str:
-    """Readable canonical key plus a hash of the full resolved spec (unique per config)."""
+    """Readable canonical key plus a hash of the resolved spec without its seed.
+
+    Runs that differ only in the seed share the digest, so the leaderboard groups them
+    into one entry by dropping the ``seed<N>`` part.
+    """
     spec = resolved.spec
-    digest = hashlib.sha256(
-        json.dumps(resolved.to_dict(), sort_keys=True, default=str).encode()
-    ).hexdigest()[:10]
+    config = {k: v for k, v in resolved.to_dict().items() if k != "seed"}
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[
+        :10
+    ]
     eps = "inf" if math.isinf(spec.privacy.epsilon) else f"{spec.privacy.epsilon:g}"
     return (
         f"{resolved.split_name}@{resolved.split_version}__{spec.method.name}__eps{eps}"

@@ -6,73 +6,11 @@ import math
 import numpy as np
 import pytest
 import torch
+from doubles import StubProfile, make_split
 
-from benchmark.artifact import Artifact
-from benchmark.data import FederatedSplit
-from benchmark.method import Method
 from benchmark.privacy.errors import BudgetExceededError
-from benchmark.registry import METHODS
 from benchmark.runner import RunInterrupted, run
 from benchmark.spec import spec_from_dict
-
-
-class StubProfile:
-    """Test double: the harness mechanics under test need no models."""
-
-    name = "tiny"
-
-    def describe(self):
-        return {"profile": "stub"}
-
-
-def text_length(client, payload):
-    return np.array([np.mean([len(t) for t in client.texts]) / 100.0, payload["w"]])
-
-
-@METHODS.register("test_noisy_rounds")
-class NoisyRounds(Method):
-    """Three noisy aggregate rounds plus method-side randomness (numpy and torch)."""
-
-    name = "test_noisy_rounds"
-    artifact_kind = "texts"
-    configs = {"tiny": {"rounds": 3, "noise_multiplier": None, "secret_diagnostic": False}}
-
-    def num_rounds(self):
-        return self.config["rounds"]
-
-    def setup(self, ctx):
-        return {"history": []}
-
-    def round(self, ctx, state, r):
-        sigma = self.config["noise_multiplier"]
-        if sigma is None:
-            sigma = ctx.noise_for(steps=self.num_rounds())
-        agg = ctx.pool.aggregate(
-            text_length,
-            {"w": float(r)},
-            dim=2,
-            clip_norm=1.0,
-            noise_multiplier=sigma,
-            label=f"round{r}",
-        )
-        if self.config["secret_diagnostic"]:
-            exact = sum(1 for _ in range(ctx.pool.num_clients))
-            ctx.diagnostics.write("exact_client_count_SECRET", exact, r)
-        jitter = float(ctx.rng(r).normal()) + float(torch.randn(1))
-        state["history"].append([*agg.noisy_sum.tolist(), jitter])
-        return state
-
-    def finish(self, ctx, state):
-        return Artifact("texts", texts=[json.dumps(state["history"])])
-
-
-def make_split():
-    records = [{"text": f"verse {i} " * (1 + i % 5), "client_id": f"c{i % 10}"} for i in range(40)]
-    return FederatedSplit(
-        "toy",
-        {"version": "v-test", "content_hash": "abc"},
-        {"train": records, "validation": [], "test": [], "public": []},
-    )
 
 
 def spec(**overrides):

@@ -1,0 +1,177 @@
+"""Leaderboard: entries over seeds, verification (incl. tampering), tables, site in Chromium."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from doubles import StubProfile, make_split
+
+from benchmark.cli.main import cli
+from benchmark.runner import run
+from benchmark.spec import spec_from_dict
+from leaderboard.entries import build_entry, leaderboard_version
+from leaderboard.schema import EntryError
+from leaderboard.store import entry_files, query, read_entry, write_entry, write_manifest
+from leaderboard.tables import build_table, render_text
+from leaderboard.verify import verify_tree
+
+METRIC = "toy.score"
+
+
+def fake_records(tmp_path, eps, seeds, params=None):
+    records = []
+    for seed in seeds:
+        spec = spec_from_dict(
+            {
+                "split": {"path": "unused"},
+                "method": {"name": "test_noisy_rounds", "params": params or {}},
+                "privacy": {"epsilon": eps, "delta": 1e-5},
+                "seed": seed,
+            }
+        )
+        record = run(
+            spec, runs_root=tmp_path / "runs", profile=StubProfile(), split=make_split()
+        ).record
+        history = json.loads(run_artifact_text(tmp_path, record))
+        record["metrics"] = {
+            METRIC: 0.5 + 0.01 * seed + (0.1 if eps > 1 else 0.0) + 0 * len(history)
+        }
+        records.append(record)
+    return records
+
+
+def run_artifact_text(tmp_path, record):
+    return (tmp_path / "runs" / record["run_key"] / "artifact.json").read_text() and json.dumps(
+        json.loads((tmp_path / "runs" / record["run_key"] / "artifact.json").read_text())["texts"]
+    )
+
+
+@pytest.fixture
+def store(tmp_path):
+    root = tmp_path / "results"
+    version = leaderboard_version(["abc"], [{"name": "toy"}])
+    write_manifest(root, version, "toy", {"version": "v-test", "content_hash": "abc"})
+    for eps in (1.0, 4.0):
+        write_entry(root, build_entry(fake_records(tmp_path, eps, seeds=(0, 1, 2)), version))
+    return root
+
+
+def test_entry_summarises_seeds(store):
+    rows = query(store)
+    assert len(rows) == 2
+    summary = rows[0].entry["metrics"][METRIC]
+    assert summary["n"] == 3 and summary["values"] == [0.5, 0.51, 0.52]
+    assert summary["ci_low"] < summary["mean"] < summary["ci_high"]
+    assert rows[0].entry["spec"]["seeds"] == [0, 1, 2]
+
+
+def test_verify_passes_then_rejects_tampered_copies(store):
+    assert verify_tree(store, {"v-test": "abc"}) == []
+    path = entry_files(store)[0]
+    entry = json.loads(path.read_text())
+
+    entry["metrics"][METRIC]["mean"] = 0.99  # a better score typed in by hand
+    path.write_text(json.dumps(entry))
+    [(bad, reason)] = verify_tree(store, {"v-test": "abc"})
+    assert bad == path and "integrity digest mismatch" in reason
+
+    result = CliRunner().invoke(cli, ["leaderboard", "verify", "--results", str(store)])
+    assert result.exit_code != 0 and "REJECTED" in result.output
+
+
+def test_verify_recomputes_epsilon_from_ledger(store):
+    from leaderboard.entries import integrity_digest
+
+    path = entry_files(store)[0]
+    entry = json.loads(path.read_text())
+    entry["privacy"]["epsilon"] = 0.01  # claims less privacy loss; digest recomputed to match
+    entry["integrity"] = integrity_digest(entry)
+    path.write_text(json.dumps(entry))
+    [(_, reason)] = verify_tree(store, {"v-test": "abc"})
+    assert "recomputed from the stored ledgers" in reason
+
+
+def test_verify_checks_manifest_hash(store):
+    [(_, reason), _] = verify_tree(store, {"v-test": "different"})
+    assert "manifest hash different" in reason
+
+
+def test_unreadable_entry_is_refused(tmp_path):
+    path = tmp_path / "entry.json"
+    path.write_text(json.dumps({"schema_version": 1}))
+    with pytest.raises(EntryError, match="schema"):
+        read_entry(path)
+
+
+def test_table_and_cli_show(store):
+    table = build_table(query(store), "toy", METRIC)
+    assert table.epsilons == [1.0, 4.0]
+    text = render_text(table, ("*", "*"))
+    assert "*0.5100±0.0100*" in text and "*0.6100±0.0100*" in text
+    result = CliRunner().invoke(
+        cli, ["leaderboard", "show", "--results", str(store), "--metric", METRIC, "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    [table_json] = json.loads(result.output)
+    assert table_json["rows"][0]["eps=4"]["mean"] == pytest.approx(0.61)
+
+
+def chromium_driver():
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    if not (Path("/usr/bin/chromium").exists() and Path("/usr/bin/chromedriver").exists()):
+        pytest.fail("Debian chromium + chromium-driver are required (make test installs them)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+    ):
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+
+
+def test_site_renders_and_sorts_in_headless_chromium(store, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    site = tmp_path / "site"
+    result = CliRunner().invoke(
+        cli,
+        ["leaderboard", "site", "--results", str(store), "--out", str(site), "--metric", METRIC],
+    )
+    assert result.exit_code == 0, result.output
+    driver = chromium_driver()
+    try:
+        driver.get((site / "index.html").as_uri())
+        table = driver.find_element(By.CSS_SELECTOR, "table.sortable[data-split=toy]")
+        rows = table.find_elements(By.CSS_SELECTOR, "tbody tr")
+        assert len(rows) == 2
+        headers = [th.text for th in table.find_elements(By.TAG_NAME, "th")]
+        column = headers.index(METRIC)
+
+        def column_values():
+            cells = table.find_elements(By.CSS_SELECTOR, f"tbody tr td:nth-child({column + 1})")
+            return [float(c.get_attribute("data-value")) for c in cells]
+
+        header = table.find_elements(By.TAG_NAME, "th")[column]
+        header.click()
+        ascending = column_values()
+        header.click()
+        descending = column_values()
+        assert ascending == sorted(ascending) and descending == sorted(descending, reverse=True)
+        assert ascending != descending
+        assert driver.find_elements(By.CSS_SELECTOR, "svg.plot[data-split=toy]")
+        link = rows[0].find_element(By.LINK_TEXT, "json").get_attribute("href")
+        assert json.loads(Path(link.removeprefix("file://")).read_text())["entry_key"]
+    finally:
+        driver.quit()
+    shutil.rmtree(site)
