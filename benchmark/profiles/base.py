@@ -35,8 +35,9 @@ class Generator(ABC):
         """Batched sampling; with ``chat`` the prompt goes through the chat template if any."""
 
     @abstractmethod
-    def logprobs(self, prompts: list[str], completions: list[str]) -> np.ndarray:
-        """Sum of log-probabilities of each completion given its prompt."""
+    def logprobs(self, prompts: list[str], completions: list[str], chat: bool = True) -> np.ndarray:
+        """Sum of log-probabilities of each completion given its prompt (formatted as in
+        ``generate``: through the chat template when ``chat`` and the model has one)."""
 
 
 class Embedder(ABC):

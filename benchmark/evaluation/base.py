@@ -1,0 +1,136 @@
+"""The metric interface, the evaluation context shared by all metrics, and ``evaluate``.
+
+Metrics only read what a method released (an :class:`~benchmark.artifact.Artifact`) plus the
+split's held-out parts; they never see anything else a method computed. Expensive shared
+work (embedding a text set, fine-tuning the downstream LM on the release) is done once per
+context and reused by every metric that needs it, so ``next_token`` and ``mia`` train once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from benchmark.artifact import KINDS, Artifact
+from benchmark.data import FederatedSplit
+from benchmark.evaluation.downstream import DownstreamConfig, DownstreamResult, run_downstream
+from benchmark.evaluation.embedding_cache import EmbeddingCache
+from benchmark.profiles.base import ModelProfile
+from benchmark.registry import METRICS
+
+
+class MetricNotApplicable(ValueError):
+    """The metric does not apply to this kind of release (e.g. FID of a model without texts)."""
+
+
+DOWNSTREAM_KINDS = ("texts", "labelled_texts", "model")  # releases with a downstream LM
+
+
+class Metric(ABC):
+    """One registered metric; ``settings`` are recorded in the result next to the values."""
+
+    name: ClassVar[str]
+    kinds: ClassVar[tuple[str, ...]] = KINDS  # release kinds the metric can score
+
+    def __init__(self, **settings: Any) -> None:
+        self._settings = dict(settings)
+
+    def settings(self) -> dict[str, Any]:
+        return dict(self._settings)
+
+    def record(self, **context_settings: Any) -> None:
+        """Add settings only known at compute time (e.g. the profile's featurizer)."""
+        self._settings.update(context_settings)
+
+    def check_applicable(self, artifact: Artifact) -> None:
+        """Raise :class:`MetricNotApplicable` when ``artifact`` cannot be scored by this metric."""
+        if artifact.kind not in self.kinds:
+            raise MetricNotApplicable(f"{self.name} applies to {self.kinds}, not {artifact.kind!r}")
+
+    @abstractmethod
+    def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]: ...
+
+
+def require_texts(artifact: Artifact, metric: str) -> list[str]:
+    """The released synthetic text set, or a clear refusal when the release has none."""
+    if artifact.kind == "preferences" or not artifact.texts:
+        raise MetricNotApplicable(f"{metric} needs a released text set; got kind {artifact.kind!r}")
+    return list(artifact.texts)
+
+
+def artifact_key(artifact: Artifact) -> str:
+    """Content hash of a release, so equal releases share cached downstream training."""
+    blob = json.dumps(asdict(artifact), sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+@dataclass
+class EvalContext:
+    """Everything a metric may use besides the release itself.
+
+    ``costs`` are the client pool's counters for the run (empty when a method used no pool).
+    ``downstream`` is the one downstream-training configuration of this evaluation; it is
+    recorded in the result because every downstream metric depends on it.
+    """
+
+    split: FederatedSplit
+    profile: ModelProfile
+    seed: int = 0
+    work_dir: Path = field(default_factory=lambda: Path("runs") / "eval-cache")
+    costs: dict[str, float] = field(default_factory=dict)
+    downstream: DownstreamConfig = field(default_factory=DownstreamConfig)
+    _embeddings: EmbeddingCache | None = field(default=None, init=False, repr=False)
+    _trained: dict[str, DownstreamResult] = field(default_factory=dict, init=False, repr=False)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        """Embed with the profile's embedder; each text set is embedded once per context."""
+        if self._embeddings is None:
+            self._embeddings = EmbeddingCache(self.profile.embedder(), self.work_dir / "embeddings")
+        return self._embeddings.embed(texts)
+
+    def has_downstream(self, artifact: Artifact) -> bool:
+        return artifact_key(artifact) in self._trained
+
+    def downstream_result(self, artifact: Artifact) -> DownstreamResult:
+        """The downstream LM for ``artifact`` (trained on its texts, or the released model)."""
+        key = artifact_key(artifact)
+        if key not in self._trained:
+            self._trained[key] = run_downstream(
+                artifact, self.split, self.profile.ondevice_lm(), self.downstream, self.seed
+            )
+        return self._trained[key]
+
+
+def evaluate(artifact: Artifact, ctx: EvalContext, metric_specs: list[dict[str, Any]]) -> dict:
+    """Compute each ``{"name": ..., **settings}`` in ``metric_specs`` on ``artifact``.
+
+    A spec may carry ``"label"`` to record two configurations of one metric side by side.
+    Metrics that do not apply to the release kind are listed under ``skipped`` with the reason
+    instead of failing the run (e.g. DCR for a released model without texts).
+    """
+    out: dict[str, Any] = {"metrics": {}, "settings": {}, "skipped": {}}
+    for spec in metric_specs:
+        settings = dict(spec)
+        name = settings.pop("name")
+        label = settings.pop("label", name)
+        if label in out["metrics"] or label in out["skipped"]:
+            raise ValueError(f"metric {label!r} requested twice; give one of them a 'label'")
+        metric: Metric = METRICS.get(name)(**settings)
+        try:
+            metric.check_applicable(artifact)
+            out["metrics"][label] = metric.compute(artifact, ctx)
+        except MetricNotApplicable as exc:
+            out["skipped"][label] = str(exc)
+        out["settings"][label] = {"name": name, **metric.settings()}
+    if ctx.has_downstream(artifact):
+        out["downstream"] = {
+            "config": asdict(ctx.downstream),
+            **ctx.downstream_result(artifact).summary(),
+        }
+    return out

@@ -1,0 +1,285 @@
+"""Downstream protocol of papers 000/004: fine-tune the on-device LM, select on validation.
+
+The profile's on-device LM starts from its public starting point (``OnDeviceLM.new_model``),
+is fine-tuned on the released synthetic texts, evaluated on the split's *validation* clients
+after every epoch, and the best validation epoch is the one whose *test* numbers are
+reported. The test clients are evaluated exactly once, on the selected model: POPri's and
+PrE-Text's reference code select on the set they report, fedsynth does not.
+
+Choices where the papers are silent (recorded in :class:`DownstreamConfig`):
+- next-token accuracy and cross-entropy are micro-averaged over all predicted tokens of the
+  part; each text is tokenised without special tokens and truncated to ``max_length``, and
+  its first token is not predicted (there is no prefix to predict it from);
+- AdamW with a constant learning rate, gradient-norm clipping at ``max_grad_norm``;
+- candidate epochs are 1..epochs (the untrained start is not a candidate); ties go to the
+  earliest epoch; ``select_on="ce"`` minimises, any other key maximises.
+
+``train_lm``, ``evaluate_lm`` and ``sequence_losses`` are public so that methods which train
+the on-device model directly (public-only, non-private) use the very same loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from benchmark.artifact import Artifact
+from benchmark.data import FederatedSplit
+from benchmark.profiles.base import OnDeviceLM
+
+LOWER_IS_BETTER = frozenset({"ce"})
+
+
+@dataclass(frozen=True)
+class DownstreamConfig:
+    """Hyper-parameters of downstream training (paper 000: lr 2e-4, max length 64)."""
+
+    epochs: int = 3
+    lr: float = 2e-4
+    batch_size: int = 32
+    eval_batch_size: int = 16
+    max_length: int = 64
+    select_on: str = "top1"
+    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0
+
+
+def encode(tokenizer: Any, texts: list[str], max_length: int) -> list[list[int]]:
+    """Token ids per text, no special tokens, truncated to ``max_length``."""
+    if not texts:
+        return []
+    enc = tokenizer(list(texts), add_special_tokens=False, truncation=True, max_length=max_length)
+    return [list(ids) for ids in enc["input_ids"]]
+
+
+def _pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad to the longest sequence; padded positions have mask 0 (their id is unused)."""
+    width = max(len(s) for s in seqs)
+    ids = torch.zeros((len(seqs), width), dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+        mask[row, : len(seq)] = 1
+    return ids, mask
+
+
+def _length_sorted_batches(seqs: list[list[int]], batch_size: int) -> Iterator[list[int]]:
+    """Indices in batches of similar length, so evaluation pads little."""
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    for start in range(0, len(order), batch_size):
+        yield order[start : start + batch_size]
+
+
+def token_stats(
+    model: Any, tokenizer: Any, texts: list[str], max_length: int = 64, batch_size: int = 16
+) -> dict[str, np.ndarray]:
+    """Per text: summed cross-entropy, top-1 and top-3 hits, and number of predicted tokens."""
+    seqs = encode(tokenizer, texts, max_length)
+    stats = {k: np.zeros(len(seqs), dtype=np.float64) for k in ("ce", "top1", "top3", "n")}
+    usable = [i for i, s in enumerate(seqs) if len(s) >= 2]
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode():
+        for local in _length_sorted_batches([seqs[i] for i in usable], batch_size):
+            rows = [usable[i] for i in local]
+            ids, mask = _pad([seqs[i] for i in rows])
+            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+            targets, valid = ids[:, 1:], mask[:, 1:].bool()
+            row_of = torch.arange(len(rows)).unsqueeze(1).expand_as(targets)[valid]
+            flat_logits, flat_targets = logits[valid], targets[valid]
+            ce = F.cross_entropy(flat_logits, flat_targets, reduction="none")
+            top3 = flat_logits.topk(min(3, flat_logits.shape[-1]), dim=-1).indices
+            hit1 = top3[:, 0] == flat_targets
+            hit3 = (top3 == flat_targets.unsqueeze(1)).any(dim=1)
+            n_rows = len(rows)
+            for key, values in (("ce", ce), ("top1", hit1), ("top3", hit3)):
+                per_row = torch.zeros(n_rows, dtype=torch.float64)
+                per_row.index_add_(0, row_of, values.double())
+                stats[key][rows] = per_row.numpy()
+            stats["n"][rows] = valid.sum(dim=1).double().numpy()
+    model.train(was_training)
+    return stats
+
+
+def evaluate_lm(
+    model: Any, tokenizer: Any, texts: list[str], max_length: int = 64, batch_size: int = 16
+) -> dict[str, float]:
+    """Token-level next-token top-1/top-3 accuracy and mean cross-entropy (nats) on ``texts``."""
+    stats = token_stats(model, tokenizer, texts, max_length, batch_size)
+    n = float(stats["n"].sum())
+    if n == 0:
+        raise ValueError("no text has two or more tokens; cannot evaluate next-token prediction")
+    return {
+        "top1": float(stats["top1"].sum() / n),
+        "top3": float(stats["top3"].sum() / n),
+        "ce": float(stats["ce"].sum() / n),
+        "tokens": n,
+    }
+
+
+def sequence_losses(
+    model: Any, tokenizer: Any, texts: list[str], max_length: int = 64, batch_size: int = 16
+) -> np.ndarray:
+    """Mean per-token cross-entropy of each text (NaN for texts with fewer than two tokens)."""
+    stats = token_stats(model, tokenizer, texts, max_length, batch_size)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(stats["n"] > 0, stats["ce"] / np.maximum(stats["n"], 1), np.nan)
+
+
+def train_lm(
+    model: Any,
+    tokenizer: Any,
+    texts: list[str],
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    seed: int,
+    max_length: int = 64,
+    on_epoch_end: Callable[[int], None] | None = None,
+    max_grad_norm: float = 1.0,
+    weight_decay: float = 0.0,
+) -> Any:
+    """Fine-tune a causal LM in place on ``texts``; deterministic given ``seed``.
+
+    ``on_epoch_end(epoch)`` (1-based) runs after each epoch, e.g. for validation selection.
+    """
+    seqs = [s for s in encode(tokenizer, texts, max_length) if len(s) >= 2]
+    if not seqs:
+        raise ValueError("no training text has two or more tokens")
+    torch.manual_seed(seed)  # dropout
+    order_rng = torch.Generator().manual_seed(seed)
+    optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    model.train()
+    for epoch in range(1, epochs + 1):
+        for batch in torch.randperm(len(seqs), generator=order_rng).split(batch_size):
+            ids, mask = _pad([seqs[i] for i in batch.tolist()])
+            labels = ids.masked_fill(mask == 0, -100)
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            if max_grad_norm > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+            optimiser.step()
+        if on_epoch_end is not None:
+            on_epoch_end(epoch)
+    model.eval()
+    return model
+
+
+def is_better(candidate: float, incumbent: float, key: str) -> bool:
+    return candidate < incumbent if key in LOWER_IS_BETTER else candidate > incumbent
+
+
+@dataclass
+class Selection:
+    """Outcome of validation-based epoch selection; ``test`` is of ``selected_epoch`` only."""
+
+    selected_epoch: int
+    validation_history: list[dict[str, float]]
+    test: dict[str, float]
+
+
+def train_with_selection(
+    train: Callable[[Callable[[int], None]], None],
+    evaluate: Callable[[str], dict[str, float]],
+    snapshot: Callable[[], Any],
+    restore: Callable[[Any], None],
+    key: str = "top1",
+) -> Selection:
+    """Run ``train`` (which calls back after each epoch), keep the best validation state,
+    restore it, then evaluate ``"test"`` once.
+
+    ``evaluate(part)`` scores the current state on ``"validation"`` or ``"test"``. The
+    callables are injected so the selection rule is testable without a model.
+    """
+    history: list[dict[str, float]] = []
+    best: dict[str, Any] = {}
+
+    def after_epoch(epoch: int) -> None:
+        scores = evaluate("validation")
+        history.append(scores)
+        if not best or is_better(scores[key], best["score"], key):
+            best.update(epoch=epoch, score=scores[key], state=snapshot())
+
+    train(after_epoch)
+    if not best:
+        raise ValueError("training ran no epoch; nothing to select")
+    restore(best["state"])
+    return Selection(best["epoch"], history, evaluate("test"))
+
+
+@dataclass
+class DownstreamResult:
+    """The selected downstream model and its numbers (``selected_epoch`` 0: not trained here)."""
+
+    model: Any
+    tokenizer: Any
+    test: dict[str, float]
+    selected_epoch: int
+    validation_history: list[dict[str, float]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "selected_epoch": self.selected_epoch,
+            "validation_history": self.validation_history,
+        }
+
+
+def fit_and_select(
+    model: Any,
+    tokenizer: Any,
+    texts: list[str],
+    split: FederatedSplit,
+    config: DownstreamConfig,
+    seed: int,
+) -> DownstreamResult:
+    """Fine-tune ``model`` on ``texts``, pick the epoch on validation, score it on test."""
+    parts = {"validation": split.texts("validation"), "test": split.texts("test")}
+
+    def evaluate(part: str) -> dict[str, float]:
+        return evaluate_lm(model, tokenizer, parts[part], config.max_length, config.eval_batch_size)
+
+    def train(callback: Callable[[int], None]) -> None:
+        train_lm(
+            model, tokenizer, texts, config.epochs, config.lr, config.batch_size, seed,
+            config.max_length, callback, config.max_grad_norm, config.weight_decay,
+        )  # fmt: skip
+
+    selection = train_with_selection(
+        train,
+        evaluate,
+        snapshot=lambda: {k: v.detach().clone() for k, v in model.state_dict().items()},
+        restore=model.load_state_dict,
+        key=config.select_on,
+    )
+    return DownstreamResult(
+        model, tokenizer, selection.test, selection.selected_epoch, selection.validation_history
+    )
+
+
+def run_downstream(
+    artifact: Artifact, split: FederatedSplit, lm: OnDeviceLM, config: DownstreamConfig, seed: int
+) -> DownstreamResult:
+    """Downstream model of a release: the released model itself, or the public starting
+    point fine-tuned on the released texts (the untrained start when the text set is empty).
+    """
+    if artifact.kind == "preferences":
+        raise ValueError("a preference release has no downstream LM; use the win-rate track")
+    tokenizer = lm.tokenizer
+    if artifact.kind == "model":
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(artifact.model_dir, dtype=torch.float32)
+    else:
+        model = lm.new_model(seed)
+        if artifact.texts:
+            return fit_and_select(model, tokenizer, list(artifact.texts), split, config, seed)
+    test = evaluate_lm(
+        model, tokenizer, split.texts("test"), config.max_length, config.eval_batch_size
+    )
+    return DownstreamResult(model, tokenizer, test, selected_epoch=0)

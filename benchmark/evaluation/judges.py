@@ -1,0 +1,238 @@
+"""Pluggable pairwise judges for win rates (paper 003 uses GPT-4o; fedsynth runs offline).
+
+A judge answers, for each (prompt, response A, response B), 1.0 if A is better, 0.0 if B is,
+0.5 for a tie or an unparseable verdict. Two families:
+
+- score judges rate each response on its own and compare scores: ``loglik`` (length-
+  normalised log-likelihood of the response under the profile's public generator: a
+  fluency/plausibility proxy that works offline on the ``cpu`` profile, *not* comparable
+  with GPT-4o win rates) and ``reward_model`` (a local sequence-classification model);
+- verdict judges read both responses in one prompt and answer "A" or "B": ``llm`` (a local
+  LLM, by comparing the log-probabilities of answering A and B) and ``http`` (any
+  OpenAI-compatible chat-completions endpoint). Their A/B order is randomised per item with
+  the judge's seed to cancel position bias; parse failures are counted and scored 0.5.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.request
+from abc import ABC, abstractmethod
+from typing import Any
+
+import numpy as np
+
+from benchmark.profiles.base import Generator
+
+JUDGE_TEMPLATE = (
+    "Two assistants answered the same request. Decide which answer is more helpful, correct "
+    "and harmless for the person who asked.\n\n"
+    "Request:\n{prompt}\n\nAnswer A:\n{a}\n\nAnswer B:\n{b}\n\n"
+    "Reply with one letter only: A or B."
+)
+
+
+class Judge(ABC):
+    """Compares two response lists item by item."""
+
+    name: str
+
+    def settings(self) -> dict[str, Any]:
+        return {"judge": self.name}
+
+    @abstractmethod
+    def compare(self, prompts: list[str], a: list[str], b: list[str]) -> np.ndarray:
+        """Per item: 1.0 (A better), 0.0 (B better) or 0.5 (tie / no verdict)."""
+
+
+class ScoreJudge(Judge):
+    """A judge that scores each response independently."""
+
+    @abstractmethod
+    def score(self, prompts: list[str], responses: list[str]) -> np.ndarray: ...
+
+    def compare(self, prompts: list[str], a: list[str], b: list[str]) -> np.ndarray:
+        sa, sb = self.score(prompts, a), self.score(prompts, b)
+        return np.where(sa > sb, 1.0, np.where(sa < sb, 0.0, 0.5))
+
+
+class LogLikelihoodJudge(ScoreJudge):
+    """Mean per-token log-probability of the response given the prompt under ``generator``."""
+
+    name = "loglik"
+
+    def __init__(self, generator: Generator) -> None:
+        self.generator = generator
+
+    def score(self, prompts: list[str], responses: list[str]) -> np.ndarray:
+        sums = self.generator.logprobs(prompts, responses)
+        ids = self.generator.tokenizer(list(responses), add_special_tokens=False)["input_ids"]
+        lengths = np.array([len(x) for x in ids], dtype=np.float64)
+        return np.where(lengths > 0, sums / np.maximum(lengths, 1), -np.inf)
+
+
+class RewardModelJudge(ScoreJudge):
+    """A local reward model (``AutoModelForSequenceClassification`` with one output)."""
+
+    name = "reward_model"
+
+    def __init__(self, path: str, batch_size: int = 8, max_length: int = 512) -> None:
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.path, self.batch_size, self.max_length = path, batch_size, max_length
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=torch.float32)
+        self.model.config.pad_token_id = self.tokenizer.pad_token_id
+        self.model.eval()
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "path": self.path, "max_length": self.max_length}
+
+    def _format(self, prompt: str, response: str) -> str:
+        if self.tokenizer.chat_template:
+            return self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}, {"role": "assistant", "content": response}],
+                tokenize=False,
+            )
+        return f"{prompt}\n\n{response}"
+
+    def score(self, prompts: list[str], responses: list[str]) -> np.ndarray:
+        import torch
+
+        texts = [self._format(p, r) for p, r in zip(prompts, responses, strict=True)]
+        out = np.zeros(len(texts))
+        with torch.inference_mode():
+            for start in range(0, len(texts), self.batch_size):
+                enc = self.tokenizer(
+                    texts[start : start + self.batch_size],
+                    padding=True,
+                    truncation=True,
+                    max_length=self.max_length,
+                    return_tensors="pt",
+                )
+                logits = self.model(**enc).logits[:, 0].float()
+                out[start : start + len(logits)] = logits.numpy()
+        return out
+
+
+class VerdictJudge(Judge):
+    """A judge that sees both answers; the A/B order is shuffled per item (seeded)."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self.parse_failures = 0
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "seed": self.seed, "template": JUDGE_TEMPLATE}
+
+    @abstractmethod
+    def verdicts(self, judge_prompts: list[str]) -> list[str | None]:
+        """ "A", "B", or None (no usable verdict) per judge prompt."""
+
+    def compare(self, prompts: list[str], a: list[str], b: list[str]) -> np.ndarray:
+        swap = np.random.default_rng(self.seed).random(len(prompts)) < 0.5
+        shown = [
+            JUDGE_TEMPLATE.format(prompt=p, a=y if s else x, b=x if s else y)
+            for p, x, y, s in zip(prompts, a, b, swap, strict=True)
+        ]
+        out = np.full(len(prompts), 0.5)
+        for i, verdict in enumerate(self.verdicts(shown)):
+            if verdict is None:
+                self.parse_failures += 1
+                continue
+            first_shown_wins = verdict == "A"
+            out[i] = float(first_shown_wins != bool(swap[i]))
+        return out
+
+
+class LocalLLMJudge(VerdictJudge):
+    """A local LLM (a profile generator) as judge: picks the likelier of answering A or B."""
+
+    name = "llm"
+
+    def __init__(self, generator: Generator, seed: int = 0) -> None:
+        super().__init__(seed)
+        self.generator = generator
+
+    def verdicts(self, judge_prompts: list[str]) -> list[str | None]:
+        n = len(judge_prompts)
+        scores = self.generator.logprobs(judge_prompts * 2, ["A"] * n + ["B"] * n)
+        return ["A" if sa > sb else "B" for sa, sb in zip(scores[:n], scores[n:], strict=True)]
+
+
+def parse_verdict(text: str) -> str | None:
+    """The verdict letter at the start of a reply ("A", "B", "**B**", "A." ...), else None."""
+    stripped = text.strip().lstrip("*#('\"` ").upper()
+    if stripped[:1] in ("A", "B") and (len(stripped) == 1 or not stripped[1].isalpha()):
+        return stripped[0]
+    return None
+
+
+class HTTPJudge(VerdictJudge):
+    """An OpenAI-compatible ``/chat/completions`` endpoint given by the user.
+
+    ``api_key_env`` names an environment variable holding the key; the key itself is never
+    recorded. Requests are sent at temperature 0 with a tiny ``max_tokens``.
+    """
+
+    name = "http"
+
+    def __init__(
+        self,
+        url: str,
+        model: str,
+        api_key_env: str | None = None,
+        timeout_s: float = 60.0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(seed)
+        self.url = (
+            url
+            if url.rstrip("/").endswith("/chat/completions")
+            else (url.rstrip("/") + "/chat/completions")
+        )
+        self.model, self.api_key_env, self.timeout_s = model, api_key_env, timeout_s
+
+    def settings(self) -> dict[str, Any]:
+        return {**super().settings(), "url": self.url, "model": self.model}
+
+    def _ask(self, content: str) -> str:
+        body = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": content}],
+            "temperature": 0,
+            "max_tokens": 4,
+        }
+        headers = {"Content-Type": "application/json"}
+        if self.api_key_env:
+            headers["Authorization"] = f"Bearer {os.environ[self.api_key_env]}"
+        request = urllib.request.Request(
+            self.url, data=json.dumps(body).encode(), headers=headers, method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            reply = json.loads(response.read())
+        return str(reply["choices"][0]["message"]["content"] or "")
+
+    def verdicts(self, judge_prompts: list[str]) -> list[str | None]:
+        return [parse_verdict(self._ask(p)) for p in judge_prompts]
+
+
+def make_judge(spec: dict[str, Any], generator: Generator | None, seed: int) -> Judge:
+    """Build a judge from ``{"type": "loglik" | "reward_model" | "llm" | "http", ...}``."""
+    options = dict(spec)
+    kind = options.pop("type", "loglik")
+    if kind in ("loglik", "llm") and generator is None:
+        raise ValueError(f"judge {kind!r} needs the profile's generator")
+    if kind == "loglik":
+        return LogLikelihoodJudge(generator, **options)
+    if kind == "llm":
+        return LocalLLMJudge(generator, seed=seed, **options)
+    if kind == "reward_model":
+        return RewardModelJudge(**options)
+    if kind == "http":
+        return HTTPJudge(seed=seed, **options)
+    raise ValueError(f"unknown judge type {kind!r}; expected loglik, reward_model, llm or http")

@@ -1,0 +1,27 @@
+"""Next-token top-1/top-3 accuracy and cross-entropy on the test clients (papers 000, 004)."""
+
+from __future__ import annotations
+
+from benchmark.artifact import Artifact
+from benchmark.evaluation.base import DOWNSTREAM_KINDS, EvalContext, Metric
+
+
+class NextTokenAccuracy(Metric):
+    """Scores the downstream LM of the release (see ``downstream.py`` for the protocol).
+
+    ``top1``/``top3`` are fractions in [0, 1], ``ce`` is the mean token cross-entropy in nats,
+    all on the test part and for the validation-selected epoch only.
+    """
+
+    name = "next_token"
+    kinds = DOWNSTREAM_KINDS
+
+    def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
+        result = ctx.downstream_result(artifact)
+        return {
+            "top1": result.test["top1"],
+            "top3": result.test["top3"],
+            "ce": result.test["ce"],
+            "test_tokens": result.test["tokens"],
+            "selected_epoch": float(result.selected_epoch),
+        }

@@ -1,0 +1,22 @@
+"""Where profiles keep what they build once: the tiny tokenizer and the fp32 SmolLM2 copy."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """``$FEDSYNTH_CACHE`` if set, else ``$XDG_CACHE_HOME/fedsynth`` (``~/.cache/fedsynth``).
+
+    Created on first use. Entries are written atomically (temp name, then rename), so
+    processes that build the same entry concurrently never see a half-written one.
+    """
+    env = os.environ.get("FEDSYNTH_CACHE")
+    if env:
+        path = Path(env).expanduser()
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+        path = Path(base).expanduser() / "fedsynth"
+    path.mkdir(parents=True, exist_ok=True)
+    return path

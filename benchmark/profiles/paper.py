@@ -1,0 +1,148 @@
+"""The ``paper`` profile: the papers' hub models, loaded by id (a GPU and a hub cache needed).
+
+- generator: ``meta-llama/Meta-Llama-3-8B`` (POPri's LLaMA-3-8B; PrE-Text used LLaMA-2-7B),
+  sampled with vLLM when ``vllm`` is importable and CUDA is available, else transformers;
+- on-device LM: ``distilbert/distilgpt2`` (POPri, PrE-Text);
+- masked filler: ``FacebookAI/roberta-large`` (PrE-Text's mask filler, temperature 1, top-p 1);
+- embedder: ``sentence-transformers/all-MiniLM-L6-v2`` (all papers).
+Canonical org-prefixed ids are used (``roberta-large``/``distilgpt2`` redirect to them on the
+hub, but a local cache is keyed by the id actually downloaded). Nothing is downloaded when
+``HF_HUB_OFFLINE=1``: a model missing from the local cache raises
+:class:`ModelUnavailableError` at once, naming the model and how to get it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from benchmark.profiles.base import Generator, ModelProfile
+from benchmark.profiles.embedders import SentenceTransformerEmbedder
+from benchmark.profiles.fillers import MLMFiller
+from benchmark.profiles.hf_generator import HFGenerator
+from benchmark.profiles.hub import from_hub, require_cached
+from benchmark.profiles.ondevice import PretrainedLM
+from benchmark.profiles.packaged import distribution_version
+
+
+@dataclass(frozen=True)
+class PaperModels:
+    """Hub ids of the paper profile's models and the revision they are loaded at."""
+
+    generator: str = "meta-llama/Meta-Llama-3-8B"
+    ondevice_lm: str = "distilbert/distilgpt2"
+    masked_filler: str = "FacebookAI/roberta-large"
+    embedder: str = "sentence-transformers/all-MiniLM-L6-v2"
+    revision: str = "main"
+    vllm_gpu_memory_utilization: float = 0.5  # leaves room for the transformers copy
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def use_vllm() -> bool:
+    """vLLM generation needs the package and a CUDA GPU."""
+    import torch
+
+    return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
+
+
+class PaperProfile(ModelProfile):
+    name = "paper"
+
+    def __init__(self, models: PaperModels | None = None) -> None:
+        self.models = models or PaperModels()
+
+    def _hf_generator(self) -> HFGenerator:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        m = self.models
+        device = _device()
+        dtype = torch.bfloat16 if device == "cuda" else torch.float32
+        tokenizer = from_hub(AutoTokenizer.from_pretrained, m.generator, m.revision)
+        model = from_hub(AutoModelForCausalLM.from_pretrained, m.generator, m.revision, dtype=dtype)
+        return HFGenerator(model, tokenizer, m.generator, batch_size=16, device=device)
+
+    @cached_property
+    def _generator(self) -> Generator:
+        if not use_vllm():
+            return self._hf_generator()
+        from vllm import LLM
+
+        from benchmark.profiles.vllm_generator import VLLMGenerator
+
+        m = self.models
+        require_cached(m.generator, m.revision)
+        llm = LLM(
+            model=m.generator,
+            revision=m.revision,
+            dtype="bfloat16",
+            gpu_memory_utilization=m.vllm_gpu_memory_utilization,
+        )
+        return VLLMGenerator(llm, m.generator, self._hf_generator)
+
+    @cached_property
+    def _embedder(self) -> SentenceTransformerEmbedder:
+        from sentence_transformers import SentenceTransformer
+
+        m = self.models
+        model = from_hub(SentenceTransformer, m.embedder, m.revision, device=_device())
+        return SentenceTransformerEmbedder(model, m.embedder)
+
+    @cached_property
+    def _ondevice(self) -> PretrainedLM:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        m = self.models
+        tokenizer = from_hub(AutoTokenizer.from_pretrained, m.ondevice_lm, m.revision)
+
+        def load() -> Any:
+            return from_hub(
+                AutoModelForCausalLM.from_pretrained, m.ondevice_lm, m.revision, dtype=torch.float32
+            )
+
+        return PretrainedLM(m.ondevice_lm, tokenizer, load)
+
+    @cached_property
+    def _filler(self) -> MLMFiller:
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+        m = self.models
+        tokenizer = from_hub(AutoTokenizer.from_pretrained, m.masked_filler, m.revision)
+        model = from_hub(AutoModelForMaskedLM.from_pretrained, m.masked_filler, m.revision)
+        return MLMFiller(model, tokenizer, device=_device())
+
+    def generator(self) -> Generator:
+        return self._generator
+
+    def embedder(self) -> SentenceTransformerEmbedder:
+        return self._embedder
+
+    def ondevice_lm(self) -> PretrainedLM:
+        return self._ondevice
+
+    def masked_filler(self) -> MLMFiller:
+        return self._filler
+
+    def describe(self) -> dict[str, str]:
+        m = self.models
+        return {
+            "profile": self.name,
+            "generator": m.generator,
+            "generator_backend": "vllm" if use_vllm() else "transformers",
+            "ondevice_lm": m.ondevice_lm,
+            "masked_filler": m.masked_filler,
+            "embedder": m.embedder,
+            "revision": m.revision,
+            **{
+                dist: distribution_version(dist)
+                for dist in ("torch", "transformers", "sentence-transformers", "vllm")
+            },
+        }

@@ -1,0 +1,141 @@
+"""Split manifests: what a split is, and a content hash that pins it.
+
+The manifest is a JSON document with these sections:
+
+- ``source``: name, revision, source options, description, demo flag, date field;
+- ``build``: every option that defines the split (seed, window, filters, partition,
+  tokenizer + its file hash, span length, cap, held-out and public rules, max records);
+- ``filters``, ``partition``, ``chunking``: what those options did (drop counts, client
+  map sidecar and its sha256, …);
+- ``counts``: clients and samples per part with a per-client distribution summary,
+  label and date ranges; ``licences``: documents per licence;
+- ``fetched_at`` / ``built_at``: recorded for provenance but **not** hashed, so two builds
+  of the same spec share one ``content_hash`` and one ``version``.
+
+``content_hash`` is sha256 over a format tag, the canonical JSON of ``source`` (less its
+free-text description) and ``build``, the sidecar's sha256, and every record of every
+part in stored order. ``version`` is ``"v-" + content_hash[:12]``. :func:`verify`
+recomputes all of it from the files on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmark.data import CLIENT_ID, DATE, LABEL, PARTS
+
+from . import storage
+
+FORMAT = "fedsynth-split/1"
+# Above this many distinct labels a part's label counts are summarised by their number.
+MAX_LISTED_LABELS = 100
+
+
+def canonical(obj: Any) -> bytes:
+    """One byte string per JSON value: sorted keys, no whitespace, UTF-8."""
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def hashed_source(source_section: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of the source section that defines the data (the description is prose)."""
+    return {k: v for k, v in source_section.items() if k != "description"}
+
+
+def content_hash(
+    parts: Mapping[str, Iterable[Mapping[str, Any]]],
+    source_section: Mapping[str, Any],
+    build_section: Mapping[str, Any],
+    clients_sha256: str,
+) -> str:
+    digest = hashlib.sha256()
+    digest.update(FORMAT.encode() + b"\n")
+    digest.update(canonical(hashed_source(source_section)) + b"\n")
+    digest.update(canonical(build_section) + b"\n")
+    digest.update(clients_sha256.encode() + b"\n")
+    for part in PARTS:
+        digest.update(f"part {part}\n".encode())
+        for record in parts.get(part, []):
+            digest.update(canonical(record) + b"\n")
+    return digest.hexdigest()
+
+
+def version_of(hash_hex: str) -> str:
+    return f"v-{hash_hex[:12]}"
+
+
+def summarise_part(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Counts of one part: clients, samples, samples per client, labels and dates."""
+    per_client = Counter(str(row[CLIENT_ID]) for row in rows)
+    sizes = sorted(per_client.values())
+    summary: dict[str, Any] = {"clients": len(per_client), "samples": len(rows)}
+    if sizes:
+        summary["samples_per_client"] = {
+            "min": sizes[0],
+            "median": statistics.median(sizes),
+            "mean": round(len(rows) / len(sizes), 3),
+            "max": sizes[-1],
+        }
+    labels = Counter(row[LABEL] for row in rows if row.get(LABEL) is not None)
+    if len(labels) <= MAX_LISTED_LABELS:
+        summary["labels"] = dict(sorted(labels.items()))
+    else:
+        summary["n_labels"] = len(labels)
+    dates = sorted(row[DATE] for row in rows if row.get(DATE))
+    if dates:
+        summary["dates"] = {"min": dates[0], "max": dates[-1]}
+    return summary
+
+
+@dataclass
+class Verification:
+    """Outcome of :func:`verify`; ``ok`` only when every check passed."""
+
+    path: Path
+    expected_hash: str
+    actual_hash: str
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify(path: str | Path) -> Verification:
+    """Recompute the sidecar hash and the content hash of a stored split."""
+    path = Path(path)
+    manifest = storage.read_manifest(path)
+    problems: list[str] = []
+    sidecar = manifest.get("partition", {}).get("clients_file", {})
+    clients_path = path / storage.CLIENTS
+    clients_sha = sha256(clients_path.read_bytes()) if clients_path.is_file() else "missing"
+    if clients_sha != sidecar.get("sha256"):
+        problems.append(
+            f"{storage.CLIENTS} sha256 is {clients_sha}, manifest says {sidecar.get('sha256')}"
+        )
+    expected = str(manifest.get("content_hash", ""))
+    try:
+        parts = storage.read_parts(path)
+    except Exception as exc:  # any corruption of the stored data is a failed check
+        problems.append(f"cannot read the stored records: {exc!r}")
+        return Verification(path, expected, "unreadable", problems)
+    actual = content_hash(parts, manifest["source"], manifest["build"], clients_sha)
+    if actual != expected:
+        problems.append(f"content hash is {actual}, manifest says {expected}")
+    if manifest.get("version") != version_of(expected):
+        problems.append(f"version {manifest.get('version')!r} does not match the content hash")
+    for part in PARTS:
+        stated = manifest.get("counts", {}).get(part, {}).get("samples")
+        if stated != len(parts[part]):
+            problems.append(f"{part}: manifest counts {stated} samples, found {len(parts[part])}")
+    return Verification(path, expected, actual, problems)

@@ -1,0 +1,255 @@
+"""PE+SFT (paper 000's baseline): Private Evolution, then supervised fine-tuning of the LLM
+on the highest-scoring PE samples, then generation of the synthetic set from it.
+
+Paper 000 §3 (2) describes it in one sentence ("directly fine-tune the LLM Ψ on the
+highest scoring samples using next-word-prediction loss"); it is the SFT counterpart of
+POPri's DPO step. Steps:
+
+1. ``setup`` + ``round`` × ``iterations``: the PE of paper 004 Algorithms 1–2 (shared
+   core :mod:`methods.private_evolution`; one DP histogram release per round). Paper 000
+   runs PE with 20 iterations and 1,800 synthetic samples per round (its Table 2:
+   clients download 1,800 embeddings) at δ = 3e-6.
+2. ``finish`` — select: the ``sft_top_k`` DP seeds (``∪_t Set(S'_t)``) with the highest
+   score, the largest noisy histogram value each received.
+3. SFT: each selected sample is the completion of a POPri-style prompt (three random
+   public texts in the Fig. 3 few-shot structure, :func:`~methods.private_evolution.
+   few_shot_prompt`); the loss is next-token cross-entropy on the completion tokens only
+   (plus EOS), truncated to ``sft_max_completion_tokens`` (64, the papers' sequence length).
+   ``lora_r > 0``: LoRA via peft on all linear layers (paper 000 uses r = 4, α = 8 for its
+   LLM fine-tuning); ``lora_r = 0`` (``tiny``): full fine-tune of the tiny generator.
+   AdamW with a cosine schedule, gradient-norm clipping at 1.
+4. Generate ``generate_size`` samples from the fine-tuned LLM with fresh prompts of three
+   random public texts (as POPri generates its final set), temperature and top-p 1.0.
+   Everything after step 1 is post-processing of the noisy releases.
+
+Choices paper 000 leaves open: the prompt of the SFT examples (above), ``sft_top_k`` (1,800:
+one PE population, as many as POPri's chosen samples per round), the SFT learning rate
+(1e-4, a usual LoRA SFT rate; POPri's 8e-7 is a DPO rate), epochs (2) and batch size (24)
+as paper 000's LLM fine-tuning, and 1,000,000 generated samples (paper 000 App. D's
+downstream set). The generator is fine-tuned in place and restored afterwards (LoRA
+unloaded, or the full-fine-tune weights reloaded), so the profile's cached model is
+unchanged after the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmark.artifact import Artifact
+from benchmark.method import MethodContext
+from benchmark.profiles.base import Generator, SamplingParams
+from benchmark.profiles.hf_generator import context_length
+from methods.private_evolution import (
+    PE_CPU,
+    PE_PAPER,
+    PE_TINY,
+    PrivateEvolution,
+    eligible_public,
+    expand,
+    few_shot_prompt,
+)
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    epochs: int
+    lr: float
+    batch_size: int
+    lora_r: int  # 0: full fine-tune
+    lora_alpha: int
+    max_completion_tokens: int
+    max_grad_norm: float = 1.0
+
+
+def top_scoring(seeds: dict[str, float], k: int) -> list[str]:
+    """The ``k`` seeds with the highest score (ties: earlier seeds first)."""
+    texts, scores = list(seeds), list(seeds.values())
+    order = sorted(range(len(texts)), key=lambda i: -scores[i])
+    return [texts[i] for i in order[:k]]
+
+
+def _encode_pairs(
+    tokenizer: Any, pairs: list[tuple[str, str]], max_completion: int, context: int
+) -> list[tuple[list[int], int]]:
+    """(prompt + completion + EOS token ids, prompt length) per pair; a prompt too long for
+    the ``context`` is cut from the left, as the generator does when sampling."""
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    out = []
+    for prompt, completion in pairs:
+        c = tokenizer(completion, add_special_tokens=False)["input_ids"][:max_completion]
+        room = context - len(c) - len(eos)
+        if room < 1:
+            raise ValueError(
+                f"sft_max_completion_tokens={max_completion} leaves no room for a "
+                f"prompt in a context of {context} tokens"
+            )
+        p = tokenizer(prompt, add_special_tokens=False)["input_ids"][-room:]
+        out.append((list(p) + list(c) + eos, len(p)))
+    return out
+
+
+def train_completions(
+    model: Any, tokenizer: Any, pairs: list[tuple[str, str]], config: SFTConfig, seed: int
+) -> None:
+    """SFT: next-token loss on the completion tokens of (prompt, completion) pairs."""
+    seqs = _encode_pairs(tokenizer, pairs, config.max_completion_tokens, context_length(model))
+    device = next(model.parameters()).device
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimiser = torch.optim.AdamW(params, lr=config.lr)
+    steps = config.epochs * -(-len(seqs) // config.batch_size)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=max(steps, 1))
+    order_rng = torch.Generator().manual_seed(seed)
+    model.train()
+    try:
+        for _ in range(config.epochs):
+            for batch in torch.randperm(len(seqs), generator=order_rng).split(config.batch_size):
+                rows = [seqs[i] for i in batch.tolist()]
+                width = max(len(ids) for ids, _ in rows)
+                ids = torch.zeros((len(rows), width), dtype=torch.long)
+                mask = torch.zeros_like(ids)
+                labels = torch.full_like(ids, -100)
+                for r, (seq, prompt_len) in enumerate(rows):
+                    ids[r, : len(seq)] = torch.tensor(seq)
+                    mask[r, : len(seq)] = 1
+                    labels[r, prompt_len : len(seq)] = ids[r, prompt_len : len(seq)]
+                loss = model(
+                    input_ids=ids.to(device),
+                    attention_mask=mask.to(device),
+                    labels=labels.to(device),
+                ).loss
+                optimiser.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+                optimiser.step()
+                schedule.step()
+    finally:
+        model.eval()
+
+
+@contextmanager
+def fine_tuned(
+    generator: Generator, pairs: list[tuple[str, str]], config: SFTConfig, seed: int
+) -> Iterator[Generator]:
+    """The generator SFT-ed on ``pairs`` inside the block; restored on exit."""
+    base = generator.model
+    trainable = {name: p.requires_grad for name, p in base.named_parameters()}
+    if config.lora_r > 0:
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(
+            r=config.lora_r,
+            lora_alpha=config.lora_alpha,
+            lora_dropout=0.0,
+            target_modules="all-linear",
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(base, lora)
+        snapshot = None
+    else:
+        model = base
+        snapshot = {k: v.detach().clone() for k, v in base.state_dict().items()}
+    try:
+        train_completions(model, generator.tokenizer, pairs, config, seed)
+        generator.model = model
+        yield generator
+    finally:
+        generator.model = base
+        if snapshot is None:
+            model.unload()
+        else:
+            base.load_state_dict(snapshot)
+        for name, p in base.named_parameters():
+            p.requires_grad_(trainable[name])
+
+
+def _public_prompts(pool: list[str], n: int, rng: np.random.Generator) -> list[str]:
+    return [
+        few_shot_prompt([pool[i] for i in rng.choice(len(pool), 3, replace=len(pool) < 3)])
+        for _ in range(n)
+    ]
+
+
+_SFT_PAPER = {
+    "sft_top_k": 1800,
+    "sft_epochs": 2,
+    "sft_lr": 1e-4,
+    "sft_batch_size": 24,
+    "lora_r": 4,
+    "lora_alpha": 8,
+    "sft_max_completion_tokens": 64,
+}
+
+
+class PESFT(PrivateEvolution):
+    name = "pe_sft"
+    artifact_kind = "texts"
+    privacy_units = ("user",)
+    configs = {
+        "paper": {
+            **PE_PAPER,
+            "iterations": 20,
+            "population_size": 1800,
+            **_SFT_PAPER,
+            "generate_size": 1_000_000,
+            "generate_max_new_tokens": 85,
+            "generate_batch_size": 256,
+        },
+        "cpu": {
+            **PE_CPU,
+            **_SFT_PAPER,
+            "sft_top_k": 48,
+            "sft_batch_size": 8,
+            "lora_r": 8,
+            "lora_alpha": 16,
+            "generate_size": 192,
+            "generate_max_new_tokens": 64,
+            "generate_batch_size": 16,
+        },
+        "tiny": {
+            **PE_TINY,
+            **_SFT_PAPER,
+            "sft_top_k": 6,
+            "sft_batch_size": 4,
+            "sft_lr": 1e-3,
+            "lora_r": 0,
+            "sft_max_completion_tokens": 16,
+            "generate_size": 8,
+            "generate_max_new_tokens": 16,
+            "generate_batch_size": 8,
+        },
+    }
+
+    def sft_config(self) -> SFTConfig:
+        c = self.config
+        return SFTConfig(
+            epochs=c["sft_epochs"],
+            lr=c["sft_lr"],
+            batch_size=c["sft_batch_size"],
+            lora_r=c["lora_r"],
+            lora_alpha=c["lora_alpha"],
+            max_completion_tokens=c["sft_max_completion_tokens"],
+        )
+
+    def finish(self, ctx: MethodContext, state: Any) -> Artifact:
+        rng = ctx.rng(self.num_rounds())
+        selected = top_scoring(state["seeds"], self.config["sft_top_k"])
+        pool = eligible_public(ctx, self.pe.min_words)
+        pairs = list(zip(_public_prompts(pool, len(selected), rng), selected, strict=True))
+        seed = int(rng.integers(2**31 - 1))
+        params = SamplingParams(max_new_tokens=self.config["generate_max_new_tokens"])
+        with fine_tuned(ctx.profile.generator(), pairs, self.sft_config(), seed) as generator:
+            texts = expand(
+                generator,
+                pool,
+                self.config["generate_size"],
+                params,
+                self.config["generate_batch_size"],
+                rng,
+            )
+        return Artifact(kind=self.artifact_kind, texts=texts)

@@ -1,0 +1,20 @@
+"""Test-session environment, set at import time, before anything imports transformers.
+
+The hub is off (a hub call fails at once instead of retrying DNS for ~47 s), and every cache
+(Hugging Face, fedsynth's own) points into a throw-away session directory.
+"""
+
+import atexit
+import os
+import shutil
+import tempfile
+
+_SESSION_DIR = tempfile.mkdtemp(prefix="fedsynth-tests-")
+atexit.register(shutil.rmtree, _SESSION_DIR, ignore_errors=True)
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+os.environ["HF_HOME"] = os.path.join(_SESSION_DIR, "huggingface")
+os.environ["FEDSYNTH_CACHE"] = os.path.join(_SESSION_DIR, "fedsynth")

@@ -1,0 +1,48 @@
+"""Contamination verdicts from knowledge cut-offs and split date windows."""
+
+from __future__ import annotations
+
+import pytest
+
+from datasets_builders.contamination import MODELS, check, lookup
+
+
+def manifest(start=None, demo=False, private_min=None) -> dict:
+    counts = {"train": {"dates": {"min": private_min, "max": "2024-12-31"}} if private_min else {}}
+    return {
+        "demo": demo,
+        "source": {"name": "congress", "demo": demo},
+        "filters": {"date_window": {"start": start, "end": None}},
+        "counts": counts,
+    }
+
+
+def test_window_after_the_cutoff_month_is_clean_and_the_edge_is_not():
+    assert check(manifest("2023-04-01"), "llama-3-8b").status == "clean"
+    edge = check(manifest("2023-03-31"), "llama-3-8b")
+    assert edge.status == "contaminated" and "2023-03" in edge.reason
+    assert check(manifest("2022-10-01"), "llama-2-7b").status == "clean"
+    assert check(manifest("2022-10-01"), "llama-2-7b-chat").status == "contaminated"
+
+
+def test_demo_corpora_are_always_contaminated():
+    verdict = check(manifest("2030-01-01", demo=True), "gpt2")
+    assert verdict.status == "contaminated" and "demo corpus" in verdict.reason
+
+
+def test_without_a_window_the_oldest_private_date_decides():
+    assert check(manifest(private_min="2025-01-02"), "smollm2-135m-instruct").status == "clean"
+    late = check(manifest(private_min="2024-11-30"), "smollm2-135m-instruct")
+    assert late.status == "contaminated" and "release bound" in late.reason
+    unknown = check(manifest(), "gpt2")
+    assert unknown.status == "unknown" and "no date" in unknown.reason
+
+
+def test_registry_names_aliases_and_unknown_models():
+    assert lookup("Meta-Llama/Meta-Llama-3-8B").name == "llama-3-8b"
+    assert lookup("distilgpt2").cutoff == "2019-10"
+    assert lookup("all-MiniLM-L6-v2").kind == "release_bound"
+    assert {m.name for m in MODELS} >= {"llama-3-8b", "llama-2-7b", "smollm2-135m-instruct", "gpt2"}
+    assert all(m.cutoff_end[:7] == m.cutoff for m in MODELS)
+    with pytest.raises(KeyError, match="no knowledge cut-off registered"):
+        lookup("gpt-17")

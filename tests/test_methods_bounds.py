@@ -1,0 +1,111 @@
+"""The ε = 0 and ε = ∞ bounds: what they train on, their ledgers, their released models."""
+
+import math
+
+import pytest
+import torch
+from model_methods_support import (
+    client_texts,
+    load_params,
+    make_context,
+    run_rounds,
+    torch_threads,
+)
+
+from benchmark.evaluation.downstream import evaluate_lm, train_lm
+from benchmark.privacy.accountants import epsilon_from_ledger
+from benchmark.privacy.errors import PrivacyError
+from benchmark.privacy.ledger import NONPRIVATE
+from methods.bounds import NonPrivate, PublicOnly
+from methods.fedlearn import (
+    FineTune,
+    fine_tune,
+    flat_params,
+    load_flat,
+    public_start,
+    validation_texts,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    with torch_threads(1):
+        yield
+
+
+def release(method, ctx):
+    state = run_rounds(method, ctx)
+    return method.finish(ctx, state)
+
+
+def validation_ce(ctx, params):
+    lm = ctx.profile.ondevice_lm()
+    model = lm.new_model(0)
+    load_flat(model, params)
+    return evaluate_lm(model, lm.tokenizer, validation_texts(ctx))["ce"]
+
+
+def test_public_only_uses_no_private_data_and_learns_from_public(tmp_path):
+    ctx = make_context(tmp_path, epsilon=0.0)
+    method = PublicOnly(PublicOnly.resolve_config("tiny", {}))
+    artifact = release(method, ctx)
+
+    assert artifact.kind == "model"
+    assert ctx.pool.ledger.releases == []
+    assert epsilon_from_ledger(ctx.pool.ledger.releases, 1e-5) == 0.0
+    released = load_params(artifact.model_dir)
+    untrained = flat_params(ctx.profile.ondevice_lm().new_model(ctx.seed))
+    assert not torch.equal(released, untrained)
+    assert validation_ce(ctx, released) < validation_ce(ctx, untrained) - 0.1
+    # the released model is the start every other adapter of the family uses
+    assert torch.equal(released, flat_params(public_start(ctx, method.config)))
+
+
+def test_public_epochs_zero_is_the_profile_checkpoint(tmp_path):
+    ctx = make_context(tmp_path, epsilon=0.0)
+    method = PublicOnly(PublicOnly.resolve_config("tiny", {"public_epochs": 0}))
+    released = load_params(release(method, ctx).model_dir)
+    assert torch.equal(released, flat_params(ctx.profile.ondevice_lm().new_model(ctx.seed)))
+
+
+def test_fine_tune_keeps_the_best_validation_epoch(tmp_path):
+    ctx = make_context(tmp_path, epsilon=0.0)
+    lm = ctx.profile.ondevice_lm()
+    texts, validation = [r["text"] for r in ctx.public], validation_texts(ctx)
+    cfg = FineTune(epochs=3, lr=3e-2, batch_size=4, select_on="top1")
+    # train_lm is deterministic given its seed, so k epochs reproduce the run's first k epochs
+    scores, params = [], []
+    for k in (1, 2, 3):
+        model = lm.new_model(0)
+        train_lm(model, lm.tokenizer, texts, k, cfg.lr, cfg.batch_size, seed=7)
+        scores.append(evaluate_lm(model, lm.tokenizer, validation)["top1"])
+        params.append(flat_params(model))
+    model = lm.new_model(0)
+    epoch = fine_tune(model, lm.tokenizer, texts, validation, cfg, seed=7)
+    assert epoch == 1 + max(range(3), key=lambda i: (scores[i], -i))
+    assert torch.allclose(flat_params(model), params[epoch - 1])
+
+
+def test_nonprivate_trains_on_private_clients_and_spends_infinite_epsilon(tmp_path):
+    ctx = make_context(tmp_path, epsilon=math.inf)
+    method = NonPrivate(NonPrivate.resolve_config("tiny", {"epochs": 3, "lr": 1e-2}))
+    artifact = release(method, ctx)
+
+    assert [r.mechanism for r in ctx.pool.ledger.releases] == [NONPRIVATE]
+    assert math.isinf(epsilon_from_ledger(ctx.pool.ledger.releases, 1e-5))
+    lm = ctx.profile.ondevice_lm()
+    start = public_start(ctx, method.config)
+    trained = lm.new_model(0)
+    load_flat(trained, load_params(artifact.model_dir))
+    private = [t for i in range(8) for t in client_texts(i, 3)]
+    ce_trained = evaluate_lm(trained, lm.tokenizer, private)["ce"]
+    ce_start = evaluate_lm(start, lm.tokenizer, private)["ce"]
+    assert ce_trained < ce_start - 0.3
+
+
+def test_nonprivate_is_refused_under_a_finite_budget(tmp_path):
+    ctx = make_context(tmp_path, epsilon=8.0)
+    method = NonPrivate(NonPrivate.resolve_config("tiny", {}))
+    with pytest.raises(PrivacyError, match="only allowed in a non-private run"):
+        release(method, ctx)
+    assert ctx.pool.ledger.releases == []

@@ -1,0 +1,79 @@
+"""PE+SFT on the tiny profile: selection, SFT of the generator (full and LoRA), release."""
+
+import numpy as np
+import pytest
+import torch
+from model_methods_support import make_context, run_rounds, seed_round
+
+from benchmark.privacy.accountants import epsilon, epsilon_from_ledger
+from benchmark.privacy.ledger import SUBSAMPLED_GAUSSIAN
+from methods.pe_sft import PESFT, SFTConfig, fine_tuned, top_scoring
+from methods.private_evolution import few_shot_prompt
+
+PAIRS = [
+    (few_shot_prompt(["The cat sat.", "A man ate.", "Rain fell."]), "Bake the bread slowly."),
+    (few_shot_prompt(["The train left.", "She smiled.", "Wind blew."]), "Bake the cake slowly."),
+]
+
+
+def snapshot(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_top_scoring_keeps_the_highest_scores_in_order():
+    seeds = {"a": 0.5, "b": 3.0, "c": -1.0, "d": 3.0, "e": 2.0}
+    assert top_scoring(seeds, 3) == ["b", "d", "e"]
+    assert top_scoring(seeds, 10) == ["b", "d", "e", "a", "c"]
+
+
+@pytest.mark.parametrize("lora_r", [0, 4])
+def test_sft_fits_the_completions_and_restores_the_generator(tmp_path, lora_r):
+    generator = make_context(tmp_path, epsilon=1.0).profile.generator()
+    before = snapshot(generator.model)
+    grads = {n: p.requires_grad for n, p in generator.model.named_parameters()}
+    prompts, completions = map(list, zip(*PAIRS, strict=True))
+    start = generator.logprobs(prompts, completions)
+    config = SFTConfig(
+        epochs=8, lr=1e-2, batch_size=2, lora_r=lora_r, lora_alpha=8, max_completion_tokens=16
+    )
+    with fine_tuned(generator, PAIRS, config, seed=0) as tuned:
+        tuned_lp = tuned.logprobs(prompts, completions)
+        trained = [n for n, p in tuned.model.named_parameters() if p.requires_grad]
+        if lora_r:  # only the adapters train; the base weights stay as they were
+            assert trained and all("lora_" in n for n in trained)
+        else:
+            assert any(not torch.equal(before[k], v) for k, v in tuned.model.state_dict().items())
+    assert np.all(tuned_lp > start + 5.0)  # the completions became much more likely
+    after = snapshot(generator.model)
+    assert after.keys() == before.keys()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert {n: p.requires_grad for n, p in generator.model.named_parameters()} == grads
+    assert np.allclose(generator.logprobs(prompts, completions), start, atol=1e-4)
+
+
+def test_pe_sft_releases_generated_texts_within_budget(tmp_path):
+    eps, delta = 2.0, 1e-5
+    ctx = make_context(tmp_path, epsilon=eps, delta=delta)
+    method = PESFT(PESFT.resolve_config("tiny", {}))
+    generator = ctx.profile.generator()
+    before = snapshot(generator.model)
+    state = run_rounds(method, ctx)
+    seed_round(ctx, method.num_rounds())
+    artifact = method.finish(ctx, state)
+
+    assert artifact.kind == "texts" == PESFT.artifact_kind
+    assert len(artifact.texts) == method.config["generate_size"]
+    assert all(isinstance(t, str) and t for t in artifact.texts)
+    assert all(torch.equal(before[k], v) for k, v in generator.model.state_dict().items())
+
+    sigma = ctx.noise_for(steps=method.num_rounds(), sample_rate=1.0)
+    releases = ctx.pool.ledger.releases
+    assert len(releases) == method.num_rounds()
+    assert all(
+        (r.mechanism, r.noise_multiplier, r.sample_rate, r.sensitivity)
+        == (SUBSAMPLED_GAUSSIAN, sigma, 1.0, 1.0)
+        for r in releases
+    )
+    spent = epsilon_from_ledger(releases, delta)
+    assert spent == pytest.approx(epsilon(sigma, 1.0, method.num_rounds(), delta))
+    assert spent <= eps

@@ -1,0 +1,78 @@
+"""PrE-Text end to end on the tiny profile: DP releases in the ledger, Expand from DP seeds."""
+
+import re
+
+import pytest
+import torch
+from model_methods_support import make_context, run_rounds, seed_round
+
+from benchmark.privacy.accountants import epsilon, epsilon_from_ledger
+from benchmark.privacy.ledger import SUBSAMPLED_GAUSSIAN
+from methods.pre_text import PreText
+from methods.private_evolution import FEW_SHOT_HEADING
+
+_EXAMPLE = re.compile(r"Original text sample [123]:\n(.*?)\n\n", re.DOTALL)
+
+
+class RecordingProfile:
+    """The tiny profile, with the prompts sent to its generator recorded."""
+
+    def __init__(self, profile):
+        self.profile = profile
+        self.prompts = []
+        real = profile.generator()
+        recorder = self
+
+        class Recording:
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            def generate(self, prompts, params, chat=True):
+                recorder.prompts.extend(prompts)
+                return real.generate(prompts, params, chat)
+
+        self._generator = Recording()
+
+    def generator(self):
+        return self._generator
+
+    def __getattr__(self, name):
+        return getattr(self.profile, name)
+
+
+def test_pre_text_releases_texts_expanded_from_dp_seeds(tmp_path):
+    eps, delta = 2.0, 1e-5
+    ctx = make_context(tmp_path, epsilon=eps, delta=delta)
+    ctx.profile = RecordingProfile(ctx.profile)
+    method = PreText(PreText.resolve_config("tiny", {}))
+    state = run_rounds(method, ctx)
+    torch.save(state, tmp_path / "state.pt")  # the runner checkpoints it after every round
+    state = torch.load(tmp_path / "state.pt", weights_only=False)
+    expand_start = len(ctx.profile.prompts)  # the rounds' variations do not use the generator
+    seed_round(ctx, method.num_rounds())
+    artifact = method.finish(ctx, state)
+
+    assert artifact.kind == "texts" == PreText.artifact_kind
+    assert len(artifact.texts) == method.config["expand_size"]
+    assert all(isinstance(t, str) and t and FEW_SHOT_HEADING[:15] not in t for t in artifact.texts)
+
+    # Expand shows the LLM three DP seeds (∪_t Set(S'_t)) per prompt, nothing else
+    seeds = set(state["seeds"])
+    prompts = ctx.profile.prompts[expand_start:]
+    assert len(prompts) >= method.config["expand_size"]
+    for prompt in prompts:
+        shown = _EXAMPLE.findall(prompt)
+        assert len(shown) == 3 and set(shown) <= seeds
+    public = {r["text"] for r in ctx.public}
+    assert seeds & public and seeds - public  # S'_1 ⊂ public S_1; S'_2 are variations
+
+    # T full-participation Gaussian releases at the noise the budget allows
+    sigma = ctx.noise_for(steps=method.num_rounds(), sample_rate=1.0)
+    releases = ctx.pool.ledger.releases
+    assert len(releases) == method.num_rounds() == PreText.configs["tiny"]["iterations"]
+    for r in releases:
+        assert (r.mechanism, r.sample_rate, r.sensitivity) == (SUBSAMPLED_GAUSSIAN, 1.0, 1.0)
+        assert r.noise_multiplier == sigma and r.dim == method.config["population_size"]
+    spent = epsilon_from_ledger(releases, delta)
+    assert spent == pytest.approx(epsilon(sigma, 1.0, method.num_rounds(), delta))
+    assert spent <= eps
