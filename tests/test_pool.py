@@ -178,3 +178,47 @@ def test_pool_state_round_trip_reproduces_noise():
     x = a.aggregate(count_chars, dim=2, clip_norm=1.0, noise_multiplier=1.0, label="y")
     y = b.aggregate(count_chars, dim=2, clip_norm=1.0, noise_multiplier=1.0, label="y")
     np.testing.assert_array_equal(x.noisy_sum, y.noisy_sum)
+
+
+def test_dp_sgd_trains_and_records_one_poisson_release():
+    import torch
+
+    clients = {f"s{i}": [{"text": "x", "label": float(i % 2)}] for i in range(64)}
+    pool = ClientPool(clients, ledger=PrivacyLedger(), seed=0, unit="sample")
+    model = torch.nn.Linear(1, 1)
+    before = model.weight.detach().clone()
+
+    def encode(records):
+        y = torch.tensor([[r["label"]] for r in records])
+        return {"x": torch.ones(len(records), 1), "y": y}
+
+    def loss_fn(m, batch):
+        return torch.nn.functional.mse_loss(m(batch["x"]), batch["y"])
+
+    trained = pool.dp_sgd(
+        model,
+        encode,
+        loss_fn,
+        noise_multiplier=1.0,
+        clip_norm=1.0,
+        batch_size=16,
+        steps=5,
+        lr=0.1,
+        label="dpsgd",
+    )
+    assert not torch.equal(trained.weight.detach(), before)
+    (release,) = pool.ledger.releases
+    assert (release.sampling, release.count, release.sample_rate) == ("poisson", 5, 0.25)
+    user_level = make_pool()
+    with pytest.raises(PrivacyError, match="one example"):
+        user_level.dp_sgd(
+            model,
+            encode,
+            loss_fn,
+            noise_multiplier=1.0,
+            clip_norm=1.0,
+            batch_size=2,
+            steps=1,
+            lr=0.1,
+            label="x",
+        )

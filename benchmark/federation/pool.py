@@ -213,6 +213,61 @@ class ClientPool:
         self._release_index += 1
         return result
 
+    def dp_sgd(
+        self,
+        model: Any,
+        encode: Callable[[list[dict[str, Any]]], Any],
+        loss_fn: Callable[[Any, Any], Any],
+        *,
+        noise_multiplier: float,
+        clip_norm: float,
+        batch_size: int,
+        steps: int,
+        lr: float,
+        label: str,
+    ) -> Any:
+        """Sample-level / central DP: DP-SGD over the units, one example per unit.
+
+        See :func:`benchmark.federation.dp_sgd.run_dp_sgd`; ``encode`` runs client side.
+        """
+        from benchmark.federation.dp_sgd import run_dp_sgd
+
+        if self._check_mechanism(clip_norm, noise_multiplier):
+            raise PrivacyError("DP-SGD needs noise_multiplier > 0")
+        if any(len(c._records) != 1 for c in self._clients):
+            raise PrivacyError(
+                "DP-SGD clips per example, so every privacy unit must hold one example "
+                "(privacy.unit: sample or central); for user-level DP use pool.aggregate"
+            )
+        with client_scope():
+            examples = [c.records[0] for c in self._clients]
+            model, sample_rate = run_dp_sgd(
+                model,
+                examples,
+                encode,
+                loss_fn,
+                noise_multiplier=noise_multiplier,
+                clip_norm=clip_norm,
+                batch_size=batch_size,
+                steps=steps,
+                lr=lr,
+                seed=int(self._rng(4).integers(2**31)),
+            )
+        self._ledger.record(
+            Release(
+                SUBSAMPLED_GAUSSIAN,
+                noise_multiplier,
+                clip_norm,
+                sample_rate,
+                steps,
+                label,
+                sampling="poisson",
+                unit=self._unit,
+            )
+        )
+        self._release_index += 1
+        return model
+
     def open_tree(
         self, name: str, *, dim: int, clip_norm: float, noise_multiplier: float, cohort_size: int
     ) -> int:
