@@ -115,7 +115,7 @@ class SplitOptions:
     def validate(self) -> None:
         for name in ("date_start", "date_end"):
             value = getattr(self, name)
-            if value is not None and _parse_date(value) is None:
+            if value is not None and _parse_date(value) != value:
                 raise SplitError(f"{name} must be an ISO date YYYY-MM-DD, got {value!r}")
         if self.date_start and self.date_end and self.date_start > self.date_end:
             raise SplitError(f"date_start {self.date_start} is after date_end {self.date_end}")
@@ -144,9 +144,21 @@ class SplitOptions:
 
 
 def options_for(source: Source, overrides: dict[str, Any] | None = None) -> SplitOptions:
-    """Dataclass defaults, then the source's ``split_defaults`` recipe, then ``overrides``."""
-    values = dict(getattr(source, "split_defaults", {}))
-    values.update(overrides or {})
+    """Dataclass defaults, then the source's ``split_defaults`` recipe, then ``overrides``.
+
+    Partition parameters given for the recipe's own rule are merged into the recipe's; a
+    different rule starts from no parameters (the recipe's belong to its rule).
+    """
+    recipe = dict(getattr(source, "split_defaults", {}))
+    overrides = dict(overrides or {})
+    if overrides.get("partition", recipe.get("partition")) != recipe.get("partition"):
+        recipe.pop("partition_params", None)
+    elif "partition_params" in overrides:
+        overrides["partition_params"] = {
+            **recipe.get("partition_params", {}),
+            **overrides["partition_params"],
+        }
+    values = {**recipe, **overrides}
     unknown = sorted(set(values) - {f.name for f in dataclasses.fields(SplitOptions)})
     if unknown:
         raise SplitError(f"unknown split options {unknown}")
@@ -637,8 +649,8 @@ def build_split(
     drops += more
     parts, more = apply_caps(keyed, options)
     drops += more
-    if not parts["train"]:
-        raise SplitError(f"the split of {source.name!r} has no training samples ({dict(drops)})")
+    if not any(parts.values()):  # a public-only split (e.g. a public prompt set) is fine
+        raise SplitError(f"no samples of {source.name!r} are left ({dict(drops)})")
 
     sidecar = _sidecar(docs, parts, client_info)
     sidecar_bytes = mf.canonical(sidecar)

@@ -39,6 +39,11 @@ def test_list_finds_the_split(kjv_split, tmp_path):
     listed = run("list", "--root", str(kjv_split))
     assert listed.exit_code == 0 and "kjv-v-" in listed.output and "[demo]" in listed.output
     assert "no finished splits" in run("list", "--root", str(tmp_path)).output
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / storage.MANIFEST).write_text("{not json")
+    (broken / storage.COMPLETE).write_text("")
+    assert "unreadable manifest" in run("list", "--root", str(tmp_path)).output
 
 
 def test_verify_passes_then_fails_after_tampering(kjv_split, tmp_path):

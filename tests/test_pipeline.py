@@ -260,10 +260,15 @@ def test_options_for_layers_source_recipe_under_overrides():
     source.split_defaults = {"cap": 8, "partition": "document"}
     options = options_for(source, {"cap": None, "seed": 2})
     assert (options.cap, options.partition, options.seed) == (None, "document", 2)
+    source.split_defaults = {"partition": "iid", "partition_params": {"num_clients": 9}}
+    merged = options_for(source, {"partition_params": {"samples_per_client": 2}})
+    assert merged.partition_params == {"num_clients": 9, "samples_per_client": 2}
+    assert options_for(source, {"partition": "natural"}).partition_params == {}
     with pytest.raises(SplitError, match="unknown split options"):
         options_for(source, {"colour": "red"})
     for bad in (
         {"date_start": "2023-13-01"},
+        {"date_end": "2023-05-01T12:00"},
         {"date_start": "2023-05-02", "date_end": "2023-05-01"},
         {"validation_clients": 2.5},
         {"public": "clients:"},
@@ -272,3 +277,10 @@ def test_options_for_layers_source_recipe_under_overrides():
     ):
         with pytest.raises(ValueError):
             SplitOptions(**bad).validate()
+
+
+def test_a_source_may_pin_everything_to_public(tmp_path):
+    records = [dataclasses.replace(r, extra={"part": "public"}) for r in make_records(4, 2)]
+    manifest, split = build(tmp_path, ToySource(records), span_length=None)
+    assert len(split.records("public")) == 8 and not split.records("train")
+    assert manifest["counts"]["train"]["clients"] == 0

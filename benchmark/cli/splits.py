@@ -154,7 +154,11 @@ def list_splits(root: str) -> None:
     if not found:
         click.echo(f"no finished splits under {root}")
     for path in found:
-        manifest = read_manifest(path)
+        try:
+            manifest = read_manifest(path)
+        except ValueError as exc:  # a corrupt manifest should not hide the other splits
+            click.echo(f"{path}  unreadable manifest: {exc}")
+            continue
         train = manifest["counts"]["train"]
         demo = "  [demo]" if manifest.get("demo") else ""
         click.echo(
