@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ class Hit:
     path: str
     query: dict[str, str]
     headers: dict[str, str]
+    at: float = field(default_factory=time.monotonic)
 
 
 class FixtureServer:

@@ -5,7 +5,9 @@ import json
 import pytest
 from http_fixture import FixtureServer, Reply, closed_port_url
 
+from datasets_builders import storage
 from datasets_builders.http import MalformedRecordError, MalformedResponseError, UnreachableError
+from datasets_builders.pipeline import build_split, options_for
 from datasets_builders.sources.biorxiv import BiorxivSource
 
 WINDOW = {"start": "2023-04-01", "end": "2023-04-30"}
@@ -160,3 +162,30 @@ def test_hub_schema_local_files(tmp_path):
 def test_unknown_option_is_refused(tmp_path):
     with pytest.raises(ValueError, match="unknown option.*licenses"):
         list(BiorxivSource().fetch({"licenses": "cc0"}, tmp_path))
+
+
+def test_pipeline_window_drops_a_paper_whose_v1_precedes_it(tmp_path):
+    """End to end: API -> source -> pipeline; both window edges are inclusive."""
+    source = BiorxivSource()
+    with FixtureServer() as srv:
+        serve_window(srv, [*RECORDS, paper("10.1101/f", 1, "2023-04-30")])
+        options = options_for(
+            source,
+            {
+                "date_start": "2023-04-01",
+                "date_end": "2023-04-30",
+                "span_length": None,
+                "validation_clients": 0,
+                "test_clients": 0,
+                "source_options": {**WINDOW, **FAST, "base_url": srv.url},
+            },
+        )
+        manifest = build_split(source, options, tmp_path / "split", cache_dir=tmp_path / "cache")
+    split = storage.load_split(tmp_path / "split")
+    kept = sorted((r["source_id"], r["date"]) for r in split.records("train"))
+    assert kept == [
+        ("doi:10.1101/a", "2023-04-03"),
+        ("doi:10.1101/e", "2023-04-01"),
+        ("doi:10.1101/f", "2023-04-30"),
+    ]
+    assert manifest["filters"]["dropped"]["before_window"] == 1  # 10.1101/b, v1 in March

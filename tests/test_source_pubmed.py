@@ -1,5 +1,7 @@
 """PubMed source: E-utilities esearch/efetch with history, paging, expiry; MeSH labels."""
 
+import itertools
+
 import pytest
 from http_fixture import FixtureServer, Reply
 
@@ -157,3 +159,18 @@ def test_mesh_csv_schema(tmp_path):
     )
     assert [(r.source_id, r.label) for r in records] == [("pmid:1", "M"), ("pmid:2", "A,C,N")]
     assert source.stats["malformed: missing pmid or abstractText"] == 1
+
+
+def test_ncbi_rate_limit_tool_email_and_key(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("NCBI_EMAIL", "me@example.org")
+    monkeypatch.delenv("NCBI_API_KEY", raising=False)
+    options = {"start": "2023-08-02", "end": "2023-08-04", "base_url": server.url}
+    list(PubMedSource().fetch(options, tmp_path / "a"))  # 3 esearches at NCBI's 3/s
+    times = [h.at for h in server.hits]
+    assert len(times) == 3 and min(b - a for a, b in itertools.pairwise(times)) >= 0.3
+    assert all(h.query["email"] == "me@example.org" for h in server.hits)
+    assert all("api_key" not in h.query for h in server.hits)
+    monkeypatch.setenv("NCBI_API_KEY", "SECRET")
+    list(PubMedSource().fetch({**options, "start": "2023-08-05", "end": "2023-08-05"}, tmp_path))
+    assert server.hits[-1].query["api_key"] == "SECRET"
+    assert not any(b"SECRET" in p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())

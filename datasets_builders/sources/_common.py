@@ -1,7 +1,7 @@
 """What the network sources share: typed options, malformed-record policy, HTML to text.
 
 Options arrive from ``fedsynth splits build SOURCE --option key=value`` as strings (or
-already-typed YAML values); each source declares its options once, with defaults that
+values the CLI already parsed as JSON); each source declares its options once, with defaults that
 reproduce its paper's split, and :func:`parse_options` types and checks them, so a typo in
 an option name is an error instead of a silently different split.
 """
@@ -90,11 +90,6 @@ def parse_options(
             f"{source}: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
         )
     return {name: opt.coerce(options.get(name, opt.default), source) for name, opt in known.items()}
-
-
-def options_help(spec: Sequence[Option]) -> str:
-    """One line per option, for module docstrings and ``splits list``."""
-    return "\n".join(f"{o.name} (default {o.default!r}): {o.help}" for o in spec)
 
 
 def make_client(cache_dir: Path, opts: Mapping[str, Any], **kw: Any) -> HttpClient:

@@ -25,8 +25,10 @@ Clients (``client_by``): ``doi`` (default; POPri treats each abstract as one cli
 into 64-token samples by the pipeline), ``author_corresponding`` or ``category``.
 Label: the bioRxiv subject category.
 
-Paper recipe (POPri, App. F): window 2023-04-01..2024-08-31, 64-token spans, one client per
-abstract; the defaults below reproduce it with the redistributable licences.
+Paper recipe (POPri, App. F; ``split_defaults``): window 2023-04-01..2024-08-31 (the
+pipeline's date window, on the v1 date), one client per abstract, 64-token spans; the
+defaults reproduce it with the redistributable licences. The API is queried for the source
+options ``start``..``end``: keep them equal to the pipeline's window.
 """
 
 from __future__ import annotations
@@ -76,6 +78,12 @@ class BiorxivSource(Source):
     )
     date_field: ClassVar[str | None] = "v1_posting_date"
     options: ClassVar[tuple[Option, ...]] = OPTIONS
+    split_defaults: ClassVar[dict[str, Any]] = {
+        "date_start": "2023-04-01",
+        "date_end": "2024-08-31",
+        "partition": "natural",
+        "span_length": 64,
+    }
 
     def __init__(self) -> None:
         self.stats: Counter[str] = Counter()

@@ -33,7 +33,9 @@ version of a day is read (LargeFedBench read all letters, duplicating speeches).
 
 Clients (``client_by``): ``speaker`` (default; natural client), ``country_speaker``
 (``USA:Mr. SMITH``), or ``speech`` (one client per speech, POPri's setting).
-Paper recipe (POPri App. F): 2023-04-01..2024-08-31, one client per speech, 64-token spans.
+Paper recipe (POPri App. F; ``split_defaults``): 2023-04-01..2024-08-31, one client per
+speech (``partition=document``; ``partition=natural`` gives speaker clients), 64-token
+spans. Keep the source options ``start``/``end`` equal to the pipeline's window.
 """
 
 from __future__ import annotations
@@ -284,9 +286,16 @@ class CongressSource(Source):
     )
     date_field: ClassVar[str | None] = "sitting_date"
     options: ClassVar[tuple[Option, ...]] = OPTIONS
+    split_defaults: ClassVar[dict[str, Any]] = {
+        "date_start": "2023-04-01",
+        "date_end": "2024-08-31",
+        "partition": "document",
+        "span_length": 64,
+    }
 
     def __init__(self) -> None:
         self.stats: Counter[str] = Counter()
+        self._listings_cached = True
 
     def revision(self, options: dict[str, Any]) -> str:
         opts = parse_options(options, OPTIONS, self.name)

@@ -182,13 +182,15 @@ class PubMedSource(Source):
             # An expired WebEnv gives an <eFetchResult><ERROR> document instead of articles.
             return page if parse_xml(page, fetch_url).tag == "PubmedArticleSet" else None
 
-        cached = client.cache.get(search_key)
+        # Today's (or a future day's) results can still change: do not read their cache.
+        settled = day < dt.date.today()
+        cached = client.cache.get(search_key) if settled else None
         fresh = cached is None
         count, history = search() if fresh else _search_result(cached, search_url)
         self.stats["esearch count"] += count
         for start in range(0, count, opts["batch"]):
             page_key = f"pubmed-efetch|{ident}|{start}|{opts['batch']}"
-            page = client.cache.get(page_key)
+            page = client.cache.get(page_key) if settled else None
             if page is None:
                 if not fresh:  # the cached WebEnv has expired by now: search again
                     count, history = search()

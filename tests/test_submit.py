@@ -1,0 +1,51 @@
+"""`fedsynth submit` runs a third-party adapter through a suite; its entries verify and rank."""
+
+import json
+import tarfile
+
+from click.testing import CliRunner
+
+from benchmark.cli.main import cli
+
+ADAPTER = __file__.replace("test_submit.py", "example_adapter.py")
+
+
+def test_submit_produces_ranked_verifiable_entries(tmp_path):
+    store = tmp_path / "results"
+    bundle = tmp_path / "bundle.tar.gz"
+    args = [
+        "--results",
+        str(store),
+        "--runs",
+        str(tmp_path / "runs"),
+        "--splits",
+        str(tmp_path / "splits"),
+    ]
+    result = CliRunner().invoke(
+        cli, ["submit", ADAPTER, "--suite", "tiny", "--bundle", str(bundle), *args]
+    )
+    assert result.exit_code == 0, result.output
+    assert "method example_public_selection: 1 entries" in result.output
+
+    shown = CliRunner().invoke(
+        cli, ["leaderboard", "show", "--results", str(store), "--metric", "fid.fid", "--json"]
+    )
+    assert shown.exit_code == 0, shown.output
+    [table] = json.loads(shown.output)
+    [row] = table["rows"]
+    assert row["method"] == "example_public_selection" and row["eps=1"]["best"]
+
+    verified = CliRunner().invoke(cli, ["leaderboard", "verify", "--results", str(store)])
+    assert verified.exit_code == 0, verified.output
+
+    with tarfile.open(bundle) as tar:
+        names = tar.getnames()
+    assert any("_manifests/" in n for n in names)
+    [entry_name] = [n for n in names if "example_public_selection" in n]
+
+    tampered = store / entry_name
+    entry = json.loads(tampered.read_text())
+    entry["privacy"]["delta"] = 0.5
+    tampered.write_text(json.dumps(entry))
+    rejected = CliRunner().invoke(cli, ["leaderboard", "verify", "--results", str(store)])
+    assert rejected.exit_code != 0 and "integrity digest mismatch" in rejected.output
