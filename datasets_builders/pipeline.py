@@ -685,6 +685,8 @@ def build_split(
             "min_chars": options.min_chars,
             "dedupe": options.dedupe,
             "dropped": {k: v for k, v in sorted(drops.items()) if v},
+            # the source's own counters from this fetch (malformed, skipped, …); not hashed
+            "source_stats": dict(sorted(getattr(source, "stats", {}).items())),
         },
         "partition": {
             "rule": options.partition,

@@ -12,6 +12,8 @@ import click
 
 from benchmark.data import PARTS
 from benchmark.registry import RegistryError
+from datasets_builders.http import FetchError
+from datasets_builders.hub import HubError
 
 DEFAULT_ROOT = Path("data") / "splits"
 
@@ -23,7 +25,7 @@ def _friendly(command: Callable[..., None]) -> Callable[..., None]:
     def run(*args: Any, **kwargs: Any) -> None:
         try:
             command(*args, **kwargs)
-        except (RegistryError, OSError, ValueError, KeyError) as exc:
+        except (RegistryError, OSError, ValueError, KeyError, FetchError, HubError) as exc:
             message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
             raise click.ClickException(f"{type(exc).__name__}: {message}") from exc
 
