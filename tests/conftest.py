@@ -16,5 +16,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
+# one torch/OpenMP thread: on a shared 2-core box, 2 spinning threads made small-model
+# forwards 7-100x slower (measured); set OMP_NUM_THREADS yourself to override
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["HF_HOME"] = os.path.join(_SESSION_DIR, "huggingface")
 os.environ["FEDSYNTH_CACHE"] = os.path.join(_SESSION_DIR, "fedsynth")

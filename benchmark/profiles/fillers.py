@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from benchmark.profiles.base import MaskedFiller
-from benchmark.profiles.hf_generator import HFGenerator
+from benchmark.profiles.hf_generator import HFGenerator, start_id
 from benchmark.profiles.seeding import seeded
 
 
@@ -148,13 +148,14 @@ class CausalSpanFiller(MaskedFiller):
         if self.instruction is None:
             return total - 1
         overhead = len(self.generator.encode_prompts([self.instruction], chat=True)[0]) + 16
-        # the prompt repeats the text with [MASK] markers: at most ~2 tokens per text token
+        # the prompt shows the text with [MASK] markers (<= ~2 tokens per text token), then
+        # the text itself follows: ~3 positions per text token
         return max(1, (total - overhead) // 3)
 
     def _prefix(self, window: list[int], mask: np.ndarray) -> list[int]:
         gen = self.generator
         if self.instruction is None:
-            return [gen._start_id()]
+            return [start_id(gen.tokenizer)]
         shown = f"{self.instruction}\n\n{self._render(window, mask)}"
         return gen.encode_prompts([shown], chat=True)[0]
 
@@ -207,7 +208,7 @@ class CausalSpanFiller(MaskedFiller):
         if any(len(p) + len(w) > gen.max_positions for p, w in zip(prefixes, windows, strict=True)):
             raise ValueError(f"a masked text does not fit {gen.name}'s context")
         pad = gen.tokenizer.pad_token_id
-        prefix_ids, attn = gen._left_pad(prefixes)
+        prefix_ids, attn = gen.left_pad(prefixes)
         positions = (attn.cumsum(-1) - 1).clamp(min=0)
         lengths = torch.tensor([len(p) for p in prefixes], device=gen.device)
         width = max(len(w) for w in windows)

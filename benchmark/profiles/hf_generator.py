@@ -73,13 +73,11 @@ class HFGenerator(Generator):
     def max_positions(self) -> int:
         return context_length(self.model)
 
-    def _start_id(self) -> int:
-        return start_id(self.tokenizer)
-
     def encode_prompts(self, prompts: list[str], chat: bool) -> list[list[int]]:
         return encode_prompts(self.tokenizer, prompts, chat)
 
-    def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    def left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded ids and attention mask on the model's device."""
         width = max(len(r) for r in rows)
         ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -124,7 +122,7 @@ class HFGenerator(Generator):
             with torch.no_grad(), seeded(params.seed):
                 for start in range(0, len(order), self.batch_size):
                     chunk = order[start : start + self.batch_size]
-                    ids, mask = self._left_pad([rows[i] for i in chunk])
+                    ids, mask = self.left_pad([rows[i] for i in chunk])
                     seqs = self.model.generate(
                         input_ids=ids, attention_mask=mask, generation_config=config
                     )

@@ -63,10 +63,10 @@ def _write_cache(target: Path) -> None:
 def load_smollm2() -> tuple[Any, Any]:
     """fp32 SmolLM2-135M-Instruct and its tokenizer, building the cache on first use."""
     import torch
-    from transformers import AutoTokenizer, LlamaForCausalLM
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
 
     path = cache_path()
     if not (path / "model.safetensors").exists():
         _write_cache(path)
     model = LlamaForCausalLM.from_pretrained(path, dtype=torch.float32)
-    return model.eval(), AutoTokenizer.from_pretrained(path)
+    return model.eval(), PreTrainedTokenizerFast.from_pretrained(path)
