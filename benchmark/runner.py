@@ -121,9 +121,9 @@ def run(
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "spec.json").write_text(json.dumps(resolved.to_dict(), indent=1))
     if profile is None:
-        from benchmark.profiles import get_profile
+        from benchmark.profiles import new_profile
 
-        profile = get_profile(spec.profile)
+        profile = new_profile(spec.profile)
 
     ledger = PrivacyLedger()
     pool = ClientPool(

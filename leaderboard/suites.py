@@ -120,13 +120,11 @@ def run_suite(
 
     ``on_run`` is called with a label after each finished run (progress reporting).
     """
-    from benchmark.profiles import get_profile
     from benchmark.runner import run
     from datasets_builders.storage import load_split
 
     split_path = ensure_split(suite, splits_root)
     split: FederatedSplit = load_split(split_path)
-    profile = get_profile(suite.profile)
     lb_version = leaderboard_version([split.content_hash], suite.metrics)
     write_manifest(results_root, lb_version, split.name, split.manifest)
     grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -134,7 +132,7 @@ def run_suite(
         for eps in suite.budgets(method):
             for seed in suite.seeds:
                 spec = suite.spec(method, eps, seed, split_path)
-                result = run(spec, runs_root=runs_root, profile=profile, split=split)
+                result = run(spec, runs_root=runs_root, split=split)  # fresh profile per run
                 grouped[entry_key(result.run_key, seed)].append(result.record)
                 if on_run:
                     on_run(f"{method} ε={eps:g} seed={seed}")

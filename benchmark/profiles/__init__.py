@@ -21,14 +21,28 @@ PROFILES: dict[str, str] = {
 _instances: dict[str, ModelProfile] = {}
 
 
-def get_profile(name: str) -> ModelProfile:
-    """The process-wide instance of profile ``name`` (models are cached inside it)."""
+def new_profile(name: str) -> ModelProfile:
+    """A fresh instance of profile ``name``: its models are its own, so a method that
+    fine-tunes the generator in place cannot leak into the next run."""
     if name not in PROFILES:
         raise ValueError(f"unknown model profile {name!r}; allowed: {', '.join(PROFILES)}")
+    module, attr = PROFILES[name].split(":")
+    return getattr(importlib.import_module(module), attr)()
+
+
+def get_profile(name: str) -> ModelProfile:
+    """The process-wide instance of profile ``name``, for read-only uses (models are
+    cached inside it); runs use :func:`new_profile`."""
     if name not in _instances:
-        module, attr = PROFILES[name].split(":")
-        _instances[name] = getattr(importlib.import_module(module), attr)()
+        _instances[name] = new_profile(name)
     return _instances[name]
 
 
-__all__ = ["PROFILES", "ModelProfile", "ModelUnavailableError", "cache_dir", "get_profile"]
+__all__ = [
+    "PROFILES",
+    "ModelProfile",
+    "ModelUnavailableError",
+    "cache_dir",
+    "get_profile",
+    "new_profile",
+]
