@@ -20,8 +20,11 @@ The step is deterministic given the seed, so the four adapters share the same st
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from abc import abstractmethod
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +33,17 @@ import torch
 
 from benchmark.artifact import Artifact
 from benchmark.data import TEXT
-from benchmark.evaluation.downstream import _pad, encode, evaluate_lm, is_better, train_lm
+from benchmark.evaluation.downstream import (
+    _pad,
+    encode,
+    evaluate_lm,
+    is_better,
+    model_device,
+    train_lm,
+)
 from benchmark.federation.clients import ClientData
 from benchmark.method import Method, MethodContext
+from benchmark.profiles.cache import cache_dir
 
 # Public starting point per profile; every adapter of this family merges these into its
 # configs so that all four start from the same model. paper = paper 004 App. D.2 c4-only
@@ -104,13 +115,33 @@ def fine_tune(
 
 
 def public_start(ctx: MethodContext, config: dict[str, Any]) -> Any:
-    """The shared starting point: the profile's on-device LM fine-tuned on public texts."""
+    """The shared starting point: the profile's on-device LM fine-tuned on public texts.
+
+    It reads public and validation data only, and is deterministic given its inputs, so it
+    is cached (flat parameters, keyed by the profile's model ids, the texts, the fine-tuning
+    settings and the seed) and the four adapters of a quickstart train it once.
+    """
     lm = ctx.profile.ondevice_lm()
     model = lm.new_model(ctx.seed)
-    public = [r[TEXT] for r in ctx.public]
-    fine_tune(
-        model, lm.tokenizer, public, validation_texts(ctx), public_fine_tune(config), ctx.seed
-    )
+    public, validation = [r[TEXT] for r in ctx.public], validation_texts(ctx)
+    cfg = public_fine_tune(config)
+    if cfg.epochs == 0 or not public:
+        return model.eval()
+    key = hashlib.sha256(
+        json.dumps(
+            [ctx.profile.describe(), lm.name, public, validation, asdict(cfg), ctx.seed],
+            sort_keys=True,
+        ).encode()
+    ).hexdigest()[:24]
+    path = cache_dir() / "public_start" / f"{key}.pt"
+    if path.exists():
+        load_flat(model, torch.load(path, weights_only=True))
+        return model.eval()
+    fine_tune(model, lm.tokenizer, public, validation, cfg, ctx.seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp-{os.getpid()}")
+    torch.save(flat_params(model), tmp)
+    os.replace(tmp, path)
     return model.eval()
 
 
@@ -182,13 +213,12 @@ class ClientTrainer:
         load_flat(self.model, start)
         seqs = self._sequences(client)
         if seqs:
-            device = next(self.model.parameters()).device
+            device = model_device(self.model)
             optimiser = torch.optim.SGD(self.model.parameters(), lr=self.cfg.lr)
             self.model.train()
             for _ in range(self.cfg.epochs):
                 for batch in torch.randperm(len(seqs)).split(self.cfg.batch_size):
-                    ids, mask = _pad([seqs[i] for i in batch.tolist()])
-                    ids, mask = ids.to(device), mask.to(device)
+                    ids, mask = _pad([seqs[i] for i in batch.tolist()], device)
                     labels = ids.masked_fill(mask == 0, -100)
                     loss = self.model(input_ids=ids, attention_mask=mask, labels=labels).loss
                     optimiser.zero_grad(set_to_none=True)

@@ -45,6 +45,7 @@ from benchmark.artifact import Artifact
 from benchmark.method import MethodContext
 from benchmark.profiles.base import Generator, SamplingParams
 from benchmark.profiles.hf_generator import context_length
+from benchmark.profiles.seeding import seeded
 from methods.private_evolution import (
     PE_CPU,
     PE_PAPER,
@@ -149,13 +150,15 @@ def fine_tuned(
             target_modules="all-linear",
             task_type="CAUSAL_LM",
         )
-        model = get_peft_model(base, lora)
+        with seeded(seed):  # the adapters' random initialisation
+            model = get_peft_model(base, lora)
         snapshot = None
     else:
         model = base
         snapshot = {k: v.detach().clone() for k, v in base.state_dict().items()}
     try:
-        train_completions(model, generator.tokenizer, pairs, config, seed)
+        with seeded(seed):  # dropout
+            train_completions(model, generator.tokenizer, pairs, config, seed)
         generator.model = model
         yield generator
     finally:
@@ -203,12 +206,14 @@ class PESFT(PrivateEvolution):
         "cpu": {
             **PE_CPU,
             **_SFT_PAPER,
-            "sft_top_k": 48,
-            "sft_batch_size": 8,
+            "sft_top_k": 16,
+            "sft_batch_size": 4,
+            "sft_lr": 5e-4,
             "lora_r": 8,
             "lora_alpha": 16,
-            "generate_size": 192,
-            "generate_max_new_tokens": 64,
+            "sft_max_completion_tokens": 48,
+            "generate_size": 64,
+            "generate_max_new_tokens": 48,
             "generate_batch_size": 16,
         },
         "tiny": {

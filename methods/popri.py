@@ -33,10 +33,12 @@ One harness round = one iteration ``t`` of paper 000 Algorithm 1 = one DP releas
   data generation model"). Artifact kind ``texts``.
 
 Privacy: σ = ``ctx.noise_for(steps=rounds, sample_rate=q)`` — ``rounds`` subsampled Gaussian
-releases of sensitivity 1 (paper 000 §3.1; σ = 19.3 / 3.35 for ε = 1 / 7 at δ = 3e-6, 20
-rounds, q = 1). Everything after the release is post-processing. The FID selection reads
-only the split's validation clients (held out from training, given to methods for model
-selection); the test clients are never read. The reference code's "recovery rate" (how often
+releases of sensitivity 1 (paper 000 §3.1). With the harness's RDP accountant at δ = 3e-6 this
+gives σ = 19.25 / 3.33 for ε = 1 / 7, 20 rounds, q = 1 (paper: 19.3 / 3.35), and for ε = 1
+over 50 rounds σ = 3.38 / 15.38 / 30.44 at q = 0.1 / 0.5 / 1 (Table 3: 3.4 / 15.5 / 30.6, so
+its partial-participation runs have 50 rounds). Everything after the release is
+post-processing. The FID selection reads only the split's validation clients (held out from
+training, given to methods for model selection); the test clients are never read. The reference code's "recovery rate" (how often
 the noisy ranking matches the noise-free one) needs noise-free scores, which the pool never
 releases in a private run, so it is not computed.
 
@@ -46,9 +48,13 @@ Choices the paper leaves open (and where the values come from):
 - Partial participation is Poisson sampling at rate q = clients per round / N (Table 3 lists
   1,000 and 5,000 of 10,000 clients), which is what the accountant analyses; the paper
   samples a fixed number of clients.
-- DPO β = 0.01, 2 epochs per round and the 8e-7 → 3e-7 cosine schedule are the reference
-  configuration (paper-era commit); batch size 24 is App. B.1 (6 accumulation steps of 4,
-  as in the reference); LoRA dropout 0; no warm-up.
+- DPO β = 0.01 (the paper gives no value for τ) and the 8e-7 → 3e-7 cosine schedule are the
+  reference configuration of the paper era; 2 epochs per round and batch size 24 are App. B.1
+  (6 accumulation steps of 4, as in the reference). LoRA rank 4, α = 8 on every linear
+  projection (peft ``all-linear``: q/k/v/o/gate/up/down on LLaMA) are §3.1 / App. B.1; the
+  reference code hard-codes r = 16, α = 16 instead. LoRA dropout 0; no warm-up.
+- ``fid_samples`` = 1,800 in ``paper``: the reference evaluates one fresh generation per
+  prompt of the round; ``num_synthetic`` = 1,000,000 is App. B.1's downstream set.
 - Samples are at most ``max_new_tokens`` = 64 generator tokens (App. D: sequence length 64),
   temperature and top-p 1.0; the generator is prompted as a plain LM (no chat template),
   like the paper's base LLaMA-3-8B. Prompts longer than the generator's context are cut from
@@ -258,7 +264,9 @@ def preference_pairs(
 
 
 @contextmanager
-def lora_policy(generator: Generator, config: POPriConfig, adapter: Adapter | None) -> Iterator:
+def lora_policy(
+    generator: Generator, config: POPriConfig, adapter: Adapter | None
+) -> Iterator[Any]:
     """The generator's model with a LoRA adapter (weights ``adapter``, or fresh) injected in
     place; yields the peft model. On exit the adapter is unloaded and the base model's
     mode and cache setting restored, so the profile's cached generator is left unchanged."""
@@ -293,6 +301,20 @@ def adapter_weights(model: Any) -> Adapter:
     return {k: v.detach().to("cpu", copy=True) for k, v in get_peft_model_state_dict(model).items()}
 
 
+@contextmanager
+def quiet_datasets() -> Iterator[None]:
+    """No ``datasets`` progress bars inside (trl maps the pairs several times per round)."""
+    import datasets
+
+    was_disabled = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not was_disabled:
+            datasets.enable_progress_bars()
+
+
 def train_dpo(
     model: Any,
     tokenizer: Any,
@@ -304,7 +326,7 @@ def train_dpo(
     """Alg. 1 l. 27: DPO of the LoRA policy on ``pairs``; the adapter after every epoch and
     the mean training loss."""
     from datasets import Dataset
-    from transformers import TrainerCallback
+    from transformers import PrinterCallback, TrainerCallback
     from trl import DPOConfig, DPOTrainer
 
     snapshots: list[Adapter] = []
@@ -318,8 +340,8 @@ def train_dpo(
     args = DPOConfig(
         output_dir=output_dir,
         use_cpu=not on_gpu,
-        bf16=on_gpu,
-        gradient_checkpointing=on_gpu,
+        bf16=on_gpu and torch.cuda.is_bf16_supported(),
+        activation_checkpointing=on_gpu,
         report_to=[],
         save_strategy="no",
         logging_strategy="no",
@@ -336,14 +358,16 @@ def train_dpo(
         seed=seed,
         data_seed=seed,
     )
-    trainer = DPOTrainer(
-        model=model,
-        ref_model=None,
-        args=args,
-        train_dataset=Dataset.from_list(pairs),
-        processing_class=tokenizer,
-        callbacks=[EpochSnapshots()],
-    )
+    with quiet_datasets():
+        trainer = DPOTrainer(
+            model=model,
+            ref_model=None,
+            args=args,
+            train_dataset=Dataset.from_list(pairs),
+            processing_class=tokenizer,
+            callbacks=[EpochSnapshots()],
+        )
+    trainer.remove_callback(PrinterCallback)  # one log line per round is noise in a run
     result = trainer.train()
     return snapshots, float(result.training_loss)
 

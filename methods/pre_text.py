@@ -44,8 +44,8 @@ class PreText(PrivateEvolution):
         },
         "cpu": {
             **PE_CPU,
-            "expand_size": 192,
-            "expand_max_new_tokens": 64,
+            "expand_size": 64,
+            "expand_max_new_tokens": 48,
             "expand_batch_size": 16,
         },
         "tiny": {

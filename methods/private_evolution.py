@@ -16,6 +16,9 @@ Paper 004 (PrE-Text) Algorithms 1–2, one PE iteration per harness round:
   ``N(0, σ²)`` to the sum once; the paper's per-client ``N(0, σ²/|C|)`` shares sum to the
   same noise. σ comes from ``ctx.noise_for(steps=T, sample_rate=1)``: T full-participation
   Gaussian releases, as in paper 004 App. D.1 (σ = 11.3 ↔ ε = 1.29 at δ = 3e-6, T = 11).
+  The paper's histogram holds raw counts with sensitivity = the per-client cap, and its
+  reference code adds 1.541·√2 times the accounted noise; here a client's votes weigh 1 in
+  L2 whatever their number, and exactly the accounted noise is added.
 - Alg. 2 line 17 — threshold ``hist ← max(hist − H, 0)``.
 - Alg. 1 lines 7–8 — draw ``S'_t``: ``population_size`` samples ∝ the thresholded
   histogram (with replacement).
@@ -93,19 +96,21 @@ PE_PAPER = {
     "min_words": 21,
     "variation_max_new_tokens": 85,
 }
+# cpu: the causal span filler on SmolLM2 costs seconds per text on 2 cores, so the
+# population is small, lookahead is off and W_steps = 1 (see the adapters' docstrings).
 PE_CPU = {
     **PE_PAPER,
-    "iterations": 4,
-    "population_size": 48,
-    "lookahead": 1,
+    "iterations": 3,
+    "population_size": 16,
+    "lookahead": 0,
     "variation_steps": 1,
-    "min_words": 8,
     "variation_max_new_tokens": 48,
 }
 PE_TINY = {
     **PE_CPU,
     "iterations": 2,
     "population_size": 8,
+    "lookahead": 1,
     "min_words": 1,
     "variation_max_new_tokens": 12,
 }
@@ -240,7 +245,9 @@ class VoteFunction:
     def _embed(self, clients: list[ClientData]) -> np.ndarray:
         texts = [c.texts[: self.cap] for c in clients]
         flat = [t for ts in texts for t in ts]
-        vectors = np.asarray(self.embedder.embed(flat), dtype=np.float32) if flat else None
+        vectors = np.asarray(self.embedder.embed(flat), dtype=np.float32).reshape(
+            len(flat), self.embedder.dim
+        )
         out = np.zeros((len(clients), self.cap, self.embedder.dim), dtype=np.float32)
         start = 0
         for row, ts in enumerate(texts):

@@ -104,3 +104,26 @@ def test_cost_passes_numeric_pool_counters_through(ctx):
     })  # fmt: skip
     got = Cost().compute(Artifact("texts"), ctx_costs)
     assert got == {"floats_down_per_client_round": 82e6, "client_seconds": 1.5}
+
+
+def test_the_tiny_profile_runs_every_text_metric(tmp_path):
+    from benchmark.profiles import get_profile
+
+    train, val, test = template_texts(40, 1), template_texts(12, 2), template_texts(12, 3)
+    ctx = EvalContext(
+        split=make_split(train, val, test, public=template_texts(20, 4, topic="tale")),
+        profile=get_profile("tiny"),
+        work_dir=tmp_path,
+        downstream=DownstreamConfig(epochs=1, lr=3e-3, batch_size=16),
+    )
+    specs = [
+        {"name": "next_token"},
+        {"name": "fid"},
+        {"name": "mauve", "kmeans_num_redo": 1},
+        {"name": "dcr"},
+        {"name": "mia", "reference": "public"},
+    ]
+    out = evaluate(Artifact("texts", texts=template_texts(32, 5)), ctx, specs)
+    assert set(out["metrics"]) == {s["name"] for s in specs} and out["skipped"] == {}
+    assert out["settings"]["fid"]["featurizer"].startswith("hashed-ngrams")
+    assert 0.0 <= out["metrics"]["mia"]["calibrated_auc"] <= 1.0

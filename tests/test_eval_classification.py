@@ -24,7 +24,7 @@ def ctx(tmp_path_factory):
     profile = TinyProfile(test_texts)
     split = make_split([], [], [])
     split.parts["test"] = [
-        {**r, "label": lab} for r, lab in zip(records(test_texts, "test"), test_labels)
+        {**r, "label": lab} for r, lab in zip(records(test_texts, "test"), test_labels, strict=True)
     ]
     return EvalContext(split=split, profile=profile, work_dir=tmp_path_factory.mktemp("cls"))
 
@@ -32,9 +32,9 @@ def ctx(tmp_path_factory):
 def macro_f1_by_hand(truth, predicted):
     scores = []
     for c in sorted(set(truth)):
-        tp = sum(t == c and p == c for t, p in zip(truth, predicted))
-        fp = sum(t != c and p == c for t, p in zip(truth, predicted))
-        fn = sum(t == c and p != c for t, p in zip(truth, predicted))
+        tp = sum(t == c and p == c for t, p in zip(truth, predicted, strict=True))
+        fp = sum(t != c and p == c for t, p in zip(truth, predicted, strict=True))
+        fn = sum(t == c and p != c for t, p in zip(truth, predicted, strict=True))
         scores.append(0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn))
     return sum(scores) / len(scores)
 

@@ -13,12 +13,15 @@ import re
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-# Tiny models run ~10x faster on one thread than on two contended ones (measured here).
+# Tiny models and 384-d eigendecompositions run ~10x faster on one thread than on two
+# contended ones (measured on the 2-core CI machine).
 torch.set_num_threads(1)
+threadpool_limits(1)
 
 from benchmark.data import FederatedSplit  # noqa: E402
 from benchmark.profiles.base import (  # noqa: E402

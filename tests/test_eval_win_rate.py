@@ -128,8 +128,8 @@ def test_local_llm_judge_answers_the_likelier_letter_and_undoes_the_shuffle(prof
     gen = profile.generator()
     judge = LocalLLMJudge(gen, seed=0)
     prompts = ["judge this: the cat sat.", "judge this: the dog ran.", "which one?"]
-    want = ["A" if la > lb else "B" for la, lb in zip(
-        gen.logprobs(prompts, ["A"] * 3), gen.logprobs(prompts, ["B"] * 3))]  # fmt: skip
+    letter_a, letter_b = gen.logprobs(prompts, ["A"] * 3), gen.logprobs(prompts, ["B"] * 3)
+    want = ["A" if la > lb else "B" for la, lb in zip(letter_a, letter_b, strict=True)]
     assert judge.verdicts(prompts) == want
     # A judge that always names the first answer wins exactly where nothing was swapped.
     judge.verdicts = lambda shown: ["A"] * len(shown)

@@ -57,8 +57,21 @@ def test_public_only_uses_no_private_data_and_learns_from_public(tmp_path):
     untrained = flat_params(ctx.profile.ondevice_lm().new_model(ctx.seed))
     assert not torch.equal(released, untrained)
     assert validation_ce(ctx, released) < validation_ce(ctx, untrained) - 0.1
-    # the released model is the start every other adapter of the family uses
-    assert torch.equal(released, flat_params(public_start(ctx, method.config)))
+
+
+def test_public_start_is_deterministic_and_cached_by_its_inputs(tmp_path, monkeypatch):
+    ctx = make_context(tmp_path, epsilon=0.0)
+    config = PublicOnly.resolve_config("tiny", {})
+    starts = {}
+    for cache in ("a", "b", "a"):  # a miss, an independent miss, then a hit
+        monkeypatch.setenv("FEDSYNTH_CACHE", str(tmp_path / cache))
+        starts.setdefault(cache, []).append(flat_params(public_start(ctx, config)))
+    assert torch.equal(starts["a"][0], starts["b"][0])
+    assert torch.equal(starts["a"][0], starts["a"][1])
+    assert len(list((tmp_path / "a" / "public_start").glob("*.pt"))) == 1
+    other = flat_params(public_start(ctx, {**config, "public_lr": 1e-3}))
+    assert len(list((tmp_path / "a" / "public_start").glob("*.pt"))) == 2
+    assert not torch.equal(other, starts["a"][0])
 
 
 def test_public_epochs_zero_is_the_profile_checkpoint(tmp_path):

@@ -75,6 +75,8 @@ class EvalContext:
     """Everything a metric may use besides the release itself.
 
     ``costs`` are the client pool's counters for the run (empty when a method used no pool).
+    ``work_dir`` holds caches derived from real (private) texts, e.g. their embeddings: it
+    belongs with a run's private state and is never published.
     ``downstream`` is the one downstream-training configuration of this evaluation; it is
     recorded in the result because every downstream metric depends on it.
     """

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from benchmark.artifact import Artifact
 from benchmark.data import FederatedSplit
 from benchmark.profiles.base import OnDeviceLM
+from benchmark.profiles.seeding import seeded
 
 LOWER_IS_BETTER = frozenset({"ce"})
 
@@ -57,7 +58,7 @@ def encode(tokenizer: Any, texts: list[str], max_length: int) -> list[list[int]]
     return [list(ids) for ids in enc["input_ids"]]
 
 
-def _pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+def _pad(seqs: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad to the longest sequence; padded positions have mask 0 (their id is unused)."""
     width = max(len(s) for s in seqs)
     ids = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -65,7 +66,11 @@ def _pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     for row, seq in enumerate(seqs):
         ids[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
         mask[row, : len(seq)] = 1
-    return ids, mask
+    return ids.to(device), mask.to(device)
+
+
+def model_device(model: Any) -> torch.device:
+    return next(model.parameters()).device
 
 
 def _length_sorted_batches(seqs: list[list[int]], batch_size: int) -> Iterator[list[int]]:
@@ -82,15 +87,15 @@ def token_stats(
     seqs = encode(tokenizer, texts, max_length)
     stats = {k: np.zeros(len(seqs), dtype=np.float64) for k in ("ce", "top1", "top3", "n")}
     usable = [i for i, s in enumerate(seqs) if len(s) >= 2]
-    was_training = model.training
+    was_training, device = model.training, model_device(model)
     model.eval()
     with torch.inference_mode():
         for local in _length_sorted_batches([seqs[i] for i in usable], batch_size):
             rows = [usable[i] for i in local]
-            ids, mask = _pad([seqs[i] for i in rows])
+            ids, mask = _pad([seqs[i] for i in rows], device)
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
             targets, valid = ids[:, 1:], mask[:, 1:].bool()
-            row_of = torch.arange(len(rows)).unsqueeze(1).expand_as(targets)[valid]
+            row_of = torch.arange(len(rows), device=device).unsqueeze(1).expand_as(targets)[valid]
             flat_logits, flat_targets = logits[valid], targets[valid]
             ce = F.cross_entropy(flat_logits, flat_targets, reduction="none")
             top3 = flat_logits.topk(min(3, flat_logits.shape[-1]), dim=-1).indices
@@ -98,10 +103,10 @@ def token_stats(
             hit3 = (top3 == flat_targets.unsqueeze(1)).any(dim=1)
             n_rows = len(rows)
             for key, values in (("ce", ce), ("top1", hit1), ("top3", hit3)):
-                per_row = torch.zeros(n_rows, dtype=torch.float64)
+                per_row = torch.zeros(n_rows, dtype=torch.float64, device=device)
                 per_row.index_add_(0, row_of, values.double())
-                stats[key][rows] = per_row.numpy()
-            stats["n"][rows] = valid.sum(dim=1).double().numpy()
+                stats[key][rows] = per_row.cpu().numpy()
+            stats["n"][rows] = valid.sum(dim=1).double().cpu().numpy()
     model.train(was_training)
     return stats
 
@@ -147,27 +152,30 @@ def train_lm(
     """Fine-tune a causal LM in place on ``texts``; deterministic given ``seed``.
 
     ``on_epoch_end(epoch)`` (1-based) runs after each epoch, e.g. for validation selection.
+    Dropout draws from torch's RNG seeded with ``seed`` inside a fork, so the caller's global
+    RNG state is left as it was.
     """
     seqs = [s for s in encode(tokenizer, texts, max_length) if len(s) >= 2]
     if not seqs:
         raise ValueError("no training text has two or more tokens")
-    torch.manual_seed(seed)  # dropout
+    device = model_device(model)
     order_rng = torch.Generator().manual_seed(seed)
     optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    model.train()
-    for epoch in range(1, epochs + 1):
-        for batch in torch.randperm(len(seqs), generator=order_rng).split(batch_size):
-            ids, mask = _pad([seqs[i] for i in batch.tolist()])
-            labels = ids.masked_fill(mask == 0, -100)
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            if max_grad_norm > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-            optimiser.step()
-        if on_epoch_end is not None:
-            on_epoch_end(epoch)
-    model.eval()
+    with seeded(seed):
+        model.train()
+        for epoch in range(1, epochs + 1):
+            for batch in torch.randperm(len(seqs), generator=order_rng).split(batch_size):
+                ids, mask = _pad([seqs[i] for i in batch.tolist()], device)
+                labels = ids.masked_fill(mask == 0, -100)
+                loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+                optimiser.zero_grad(set_to_none=True)
+                loss.backward()
+                if max_grad_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+                optimiser.step()
+            if on_epoch_end is not None:
+                on_epoch_end(epoch)
+        model.eval()
     return model
 
 

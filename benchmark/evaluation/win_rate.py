@@ -51,8 +51,8 @@ def greedy_responses(
                 ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
                 mask[i, width - len(row) :] = 1
             out = model.generate(
-                input_ids=ids,
-                attention_mask=mask,
+                input_ids=ids.to(model.device),
+                attention_mask=mask.to(model.device),
                 do_sample=False,
                 max_new_tokens=max_new_tokens,
                 pad_token_id=pad_id,
