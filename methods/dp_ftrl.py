@@ -34,7 +34,11 @@ Choices where the papers are silent:
   per client; lrs/clip are the middles of its grids (server {0.05…2}, client {0.01…0.5},
   clip {0.1, 0.3, 0.4, 1}); momentum is not stated (0.9, Kairouz et al.'s default).
   With N ≥ 160,000 clients this is one tree; the pool records ⌊N/100⌋ leaves, which for
-  N > 204,700 means one more tree level (12 instead of 11) than the 1600 rounds used.
+  N ≥ 204,800 means one more tree level (12 instead of 11) than the 1600 rounds used.
+- ``cpu`` (KJV quickstart): 5 rounds of 8-client cohorts (one tree of ⌊N/8⌋ leaves; the pool
+  holds a cohort's deltas in memory at once), clip 0.1, server lr 0.005: without sampling
+  amplification the tree noise (std ≈ σC/c per coordinate per node) is large at c = 8, so
+  the step is kept small. ``tiny``: 4 rounds of 2-client cohorts, an even smaller step.
 - ε = ∞: the pool refuses noise-free trees, so cohorts are then Poisson samples of expected
   size c through ``ctx.pool.aggregate`` (a recorded non-private release), summed by the
   method; only the non-private bound runs this way.
@@ -49,9 +53,7 @@ import torch
 
 from benchmark.method import MethodContext
 from benchmark.spec import SpecError
-from methods.fedlearn import PUBLIC_START_CONFIGS, FederatedLM
-
-_SHARED = {"max_length": 64, "select_every": 1, "max_samples_per_client": None}
+from methods.fedlearn import FEDERATED_DEFAULTS, PUBLIC_START_CONFIGS, FederatedLM
 
 CROSS_DEVICE_002: dict[str, Any] = {
     "rounds": 1600,
@@ -91,17 +93,17 @@ class DPFTRL(FederatedLM):
     name = "dp_ftrl"
     configs = {
         "tiny": {
-            **PUBLIC_START_CONFIGS["tiny"], **_SHARED,
+            **PUBLIC_START_CONFIGS["tiny"], **FEDERATED_DEFAULTS,
             "rounds": 4, "cohort_size": 2, "local_epochs": 1, "local_batch_size": 2,
-            "client_lr": 0.05, "clip_norm": 1.0, "server_lr": 1.0, "server_momentum": 0.9,
+            "client_lr": 0.05, "clip_norm": 0.1, "server_lr": 0.001, "server_momentum": 0.9,
         },
         "cpu": {
-            **PUBLIC_START_CONFIGS["cpu"], **_SHARED,
-            "rounds": 5, "cohort_size": 32, "local_epochs": 1, "local_batch_size": 4,
-            "client_lr": 0.05, "clip_norm": 1.0, "server_lr": 1.0, "server_momentum": 0.9,
+            **PUBLIC_START_CONFIGS["cpu"], **FEDERATED_DEFAULTS,
+            "rounds": 5, "cohort_size": 8, "local_epochs": 1, "local_batch_size": 4,
+            "client_lr": 0.05, "clip_norm": 0.1, "server_lr": 0.005, "server_momentum": 0.9,
         },
         "paper": {
-            **PUBLIC_START_CONFIGS["paper"], **_SHARED,
+            **PUBLIC_START_CONFIGS["paper"], **FEDERATED_DEFAULTS,
             "rounds": 20, "cohort_size": None, "local_epochs": 1, "local_batch_size": 2,
             "client_lr": 0.01, "clip_norm": 0.1, "server_lr": 1.0, "server_momentum": 0.9,
         },

@@ -47,13 +47,22 @@ from benchmark.profiles.cache import cache_dir
 
 # Public starting point per profile; every adapter of this family merges these into its
 # configs so that all four start from the same model. paper = paper 004 App. D.2 c4-only
-# (AdamW lr 2e-4, batch 256, 20 epochs) at paper 000's sequence length 64.
+# (AdamW lr 2e-4, batch 256, 20 epochs) at paper 000's sequence length 64. The cpu/tiny
+# starts are random-init GPT-2s, hence larger lrs than paper 004's (which fine-tunes a
+# pretrained DistilGPT2).
 PUBLIC_START_CONFIGS: dict[str, dict[str, Any]] = {
     "tiny": {"public_epochs": 2, "public_lr": 2e-3, "public_batch_size": 16},
     "cpu": {"public_epochs": 3, "public_lr": 1e-3, "public_batch_size": 32},
     "paper": {"public_epochs": 20, "public_lr": 2e-4, "public_batch_size": 256},
 }
 SELECT_ON = "top1"  # next-token accuracy, the papers' reported metric
+# Shared by DP-FedAvg and DP-FTRL: sequence length 64 (paper 000), validation selection after
+# every round, no cap on samples per client (paper 002 caps at 256).
+FEDERATED_DEFAULTS: dict[str, Any] = {
+    "max_length": 64,
+    "select_every": 1,
+    "max_samples_per_client": None,
+}
 
 
 @dataclass(frozen=True)
@@ -146,7 +155,7 @@ def public_start(ctx: MethodContext, config: dict[str, Any]) -> Any:
 
 
 def flat_params(model: Any) -> torch.Tensor:
-    """All trainable parameters as one float32 CPU vector (tied weights counted once)."""
+    """All parameters as one float32 CPU vector (tied weights counted once)."""
     return torch.cat([p.detach().reshape(-1).float().cpu() for p in model.parameters()])
 
 

@@ -38,9 +38,10 @@ gives σ = 19.25 / 3.33 for ε = 1 / 7, 20 rounds, q = 1 (paper: 19.3 / 3.35), a
 over 50 rounds σ = 3.38 / 15.38 / 30.44 at q = 0.1 / 0.5 / 1 (Table 3: 3.4 / 15.5 / 30.6, so
 its partial-participation runs have 50 rounds). Everything after the release is
 post-processing. The FID selection reads only the split's validation clients (held out from
-training, given to methods for model selection); the test clients are never read. The reference code's "recovery rate" (how often
-the noisy ranking matches the noise-free one) needs noise-free scores, which the pool never
-releases in a private run, so it is not computed.
+training, given to methods for model selection); the test clients are never read. The
+reference code's "recovery rate" (how often the noisy ranking matches the noise-free one)
+needs noise-free scores, which the pool never releases in a private run, so it is not
+computed.
 
 Choices the paper leaves open (and where the values come from):
 - Scores follow Algorithm 4 exactly: mean cosine similarity, no standardisation (the
@@ -368,7 +369,13 @@ def train_dpo(
             callbacks=[EpochSnapshots()],
         )
     trainer.remove_callback(PrinterCallback)  # one log line per round is noise in a run
-    result = trainer.train()
+    use_cache = getattr(model.config, "use_cache", None)
+    try:
+        result = trainer.train()
+    finally:  # the trainer turns the KV cache off; sampling without it is many times slower
+        if use_cache is not None:
+            model.config.use_cache = use_cache
+        model.eval()
     return snapshots, float(result.training_loss)
 
 

@@ -38,7 +38,7 @@ def test_ledger_matches_the_accountant_and_the_budget_full_participation(tmp_pat
     releases = ctx.pool.ledger.releases
     sigma = state["noise_multiplier"]
     assert [(r.mechanism, r.sample_rate, r.sensitivity, r.count) for r in releases] == [
-        (SUBSAMPLED_GAUSSIAN, 1.0, 1.0, 1)
+        (SUBSAMPLED_GAUSSIAN, 1.0, method.config["clip_norm"], 1)
     ] * 3
     assert {r.noise_multiplier for r in releases} == {sigma}
     eps = epsilon_from_ledger(releases, DELTA)
@@ -105,7 +105,12 @@ def test_clipping_bounds_each_clients_influence(tmp_path):
         if n_clients == 1:
             assert step == pytest.approx(server_lr * clip, rel=1e-4)
     start, end, _ = one_round(
-        tmp_path, math.inf, split=make_split(n_clients=1), client_lr=1.0, clip_norm=1e6
+        tmp_path,
+        math.inf,
+        split=make_split(n_clients=1),
+        client_lr=1.0,
+        clip_norm=1e6,
+        server_lr=server_lr,
     )
     assert (end - start).norm() > 100 * clip
 

@@ -42,8 +42,8 @@ def test_restarted_trees_are_accounted_and_fit_the_budget(tmp_path):
     sigma = state["noise_multiplier"]
     releases = ctx.pool.ledger.releases
     assert [(r.mechanism, r.label, r.count, r.sensitivity) for r in releases] == [
-        (TREE_AGGREGATION, "dp_ftrl/tree0", 4, 1.0),
-        (TREE_AGGREGATION, "dp_ftrl/tree1", 4, 1.0),
+        (TREE_AGGREGATION, "dp_ftrl/tree0", 4, method.config["clip_norm"]),
+        (TREE_AGGREGATION, "dp_ftrl/tree1", 4, method.config["clip_norm"]),
     ]
     eps = epsilon_from_ledger(releases, DELTA)
     # two trees at σ account like one tree at σ/√2

@@ -104,6 +104,7 @@ def test_dpo_prefers_the_chosen_samples_and_leaves_the_generator_unchanged(tmp_p
     )
     with torch_threads(1), lora_policy(generator, config, None) as model:
         snapshots, loss = train_dpo(model, generator.tokenizer, pairs, config, str(tmp_path), 0)
+        assert generator.model.config.use_cache  # sampling after DPO keeps its KV cache
         trained = margin(generator)
     assert len(snapshots) == 2 and math.isfinite(loss)
     assert not torch.equal(*(s[next(k for k in s if "lora_B" in k)] for s in snapshots[:2]))
