@@ -28,7 +28,9 @@ one PE population, as many as POPri's chosen samples per round), the SFT learnin
 as paper 000's LLM fine-tuning, and 1,000,000 generated samples (paper 000 App. D's
 downstream set). The generator is fine-tuned in place and restored afterwards (LoRA
 unloaded, or the full-fine-tune weights reloaded), so the profile's cached model is
-unchanged after the run.
+unchanged after the run. ``cpu`` uses the cpu PE settings of ``pre_text``, LoRA r = 8,
+α = 16, a larger rate (5e-4) for its few steps, and 64 generated samples; ``tiny``
+fine-tunes the whole random tiny generator.
 """
 
 from __future__ import annotations

@@ -94,3 +94,5 @@ def test_registered_fid_and_mauve_rank_a_matching_set_above_an_off_topic_set(ctx
 def test_model_release_without_texts_is_skipped_with_a_reason(ctx, tmp_path):
     out = evaluate(Artifact("model", model_dir=str(tmp_path)), ctx, [{"name": "fid"}])
     assert out["metrics"] == {} and "needs a released text set" in out["skipped"]["fid"]
+    one = evaluate(Artifact("texts", texts=["one text"]), ctx, [{"name": "fid"}, {"name": "mauve"}])
+    assert "at least 2" in one["skipped"]["fid"] and "at least 2" in one["skipped"]["mauve"]

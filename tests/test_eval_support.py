@@ -30,8 +30,8 @@ from benchmark.profiles.base import (  # noqa: E402
     MaskedFiller,
     ModelProfile,
     OnDeviceLM,
-    SamplingParams,
 )
+from benchmark.profiles.hf_generator import HFGenerator  # noqa: E402
 
 ANIMALS = ["cat", "dog", "horse", "bird", "fox", "goat", "sheep", "mouse"]
 VERBS = ["sees", "finds", "follows", "watches", "chases", "hears"]
@@ -125,29 +125,6 @@ class HashEmbedder(Embedder):
         return out / np.maximum(norms, 1e-12)
 
 
-class TinyGenerator(Generator):
-    """Greedy generation and completion log-probs with a tiny GPT-2 (no chat template)."""
-
-    def __init__(self, model, tokenizer) -> None:
-        self.model, self.tokenizer = model, tokenizer
-
-    def generate(self, prompts: list[str], params: SamplingParams, chat: bool = True) -> list[str]:
-        raise NotImplementedError("the evaluator tests never sample from the generator")
-
-    def logprobs(self, prompts: list[str], completions: list[str], chat: bool = True) -> np.ndarray:
-        out = []
-        with torch.inference_mode():
-            for prompt, completion in zip(prompts, completions, strict=True):
-                p = self.tokenizer(prompt, add_special_tokens=False)["input_ids"] or [0]
-                c = self.tokenizer(completion, add_special_tokens=False)["input_ids"]
-                p = p[-(self.model.config.n_positions - len(c)) :]  # keep the prompt's end
-                ids = torch.tensor([p + c])
-                logp = self.model(input_ids=ids).logits[0, :-1].log_softmax(-1)
-                targets = ids[0, 1:]
-                out.append(float(logp[torch.arange(len(targets)), targets][len(p) - 1 :].sum()))
-        return np.array(out)
-
-
 class TinyProfile(ModelProfile):
     name = "tiny-test"
 
@@ -155,7 +132,8 @@ class TinyProfile(ModelProfile):
         self.tokenizer = train_tokenizer(corpus)
         self._lm = TinyLM(self.tokenizer)
         self._embedder = HashEmbedder()
-        self._generator = TinyGenerator(tiny_gpt2(len(self.tokenizer), seed=123), self.tokenizer)
+        model = tiny_gpt2(len(self.tokenizer), seed=123)
+        self._generator = HFGenerator(model, self.tokenizer, name="tiny-test-generator")
 
     def generator(self) -> Generator:
         return self._generator

@@ -57,10 +57,12 @@ class Metric(ABC):
     def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]: ...
 
 
-def require_texts(artifact: Artifact, metric: str) -> list[str]:
-    """The released synthetic text set, or a clear refusal when the release has none."""
+def require_texts(artifact: Artifact, metric: str, minimum: int = 1) -> list[str]:
+    """The released synthetic text set, or a clear refusal when it has fewer than ``minimum``."""
     if artifact.kind == "preferences" or not artifact.texts:
         raise MetricNotApplicable(f"{metric} needs a released text set; got kind {artifact.kind!r}")
+    if len(artifact.texts) < minimum:
+        raise MetricNotApplicable(f"{metric} needs at least {minimum} released texts")
     return list(artifact.texts)
 
 

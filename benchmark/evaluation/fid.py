@@ -59,7 +59,7 @@ class FID(Metric):
         self.reference_part = reference_part
 
     def check_applicable(self, artifact: Artifact) -> None:
-        require_texts(artifact, self.name)
+        require_texts(artifact, self.name, minimum=2)
 
     def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
         synthetic = shuffled_subset(require_texts(artifact, self.name), self.max_samples, ctx.seed)
