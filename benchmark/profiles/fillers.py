@@ -142,6 +142,21 @@ class CausalSpanFiller(MaskedFiller):
         self.top_p = top_p
         self.batch_size = batch_size
 
+    def _banned(self) -> list[int]:
+        """Special tokens, and in instruction mode every token that could spell the
+        ``[MASK]`` marker, which the model would otherwise copy from its prompt."""
+        if not hasattr(self, "_banned_cache"):
+            tok = self.generator.tokenizer
+            banned = set(_banned_ids(tok))
+            if self.instruction is not None:
+                banned |= {
+                    i
+                    for i in range(len(tok))
+                    if any(m in tok.decode([i]) for m in ("MASK", "[", "]"))
+                }
+            self._banned_cache = sorted(banned)
+        return self._banned_cache
+
     def _window(self) -> int:
         """How many leading text tokens to vary so prefix + text fit in the context."""
         total = self.generator.max_positions
@@ -217,7 +232,7 @@ class CausalSpanFiller(MaskedFiller):
         for r, (w, m) in enumerate(zip(windows, masks, strict=True)):
             text[r, : len(w)] = torch.tensor(w)
             where[r, : len(w)] = torch.from_numpy(m)
-        banned = _banned_ids(gen.tokenizer)
+        banned = self._banned()
         columns = [int(c) for c in torch.nonzero(where.any(0)).flatten()]
         # feed prefix + text up to the first masked column, then the text between masked
         # columns; the last logits always predict the next masked column
