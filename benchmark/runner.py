@@ -216,9 +216,26 @@ def evaluate_artifact(
     eval_dir = run_dir / "eval"
     eval_dir.mkdir(exist_ok=True)
     _seed_torch(spec.seed, -2)
-    ctx = EvalContext(split=split, profile=profile, seed=spec.seed, work_dir=eval_dir, costs=costs)
+    ctx = EvalContext(
+        split=split,
+        profile=profile,
+        seed=spec.seed,
+        work_dir=eval_dir,
+        costs=costs,
+        downstream=downstream_config(spec),
+    )
     metric_specs = [{"name": m["name"], **m["settings"]} for m in spec.evaluation.metrics]
     return evaluate(artifact, ctx, metric_specs)
+
+
+def downstream_config(spec: RunSpec) -> Any:
+    from benchmark.evaluation.downstream import DownstreamConfig
+
+    try:
+        return DownstreamConfig(**spec.evaluation.downstream)
+    except TypeError as exc:
+        allowed = sorted(DownstreamConfig.__dataclass_fields__)
+        raise SpecError(f"evaluation.downstream: {exc}; allowed fields: {allowed}") from exc
 
 
 def flatten_metrics(report: dict[str, Any]) -> dict[str, float]:

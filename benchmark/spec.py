@@ -55,9 +55,11 @@ class PrivacySpec:
 
 @dataclass(frozen=True)
 class EvalSpec:
-    """Metrics by registered name, each with its settings."""
+    """Metrics by registered name, each with its settings, and the downstream-training
+    overrides (fields of ``benchmark.evaluation.downstream.DownstreamConfig``)."""
 
     metrics: tuple[dict[str, Any], ...] = ()
+    downstream: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -125,7 +127,10 @@ def spec_from_dict(data: dict[str, Any]) -> RunSpec:
         ("epsilon", "delta", "unit", "accountant", "guarantee"),
         ("epsilon", "delta"),
     )
-    evaluation = _fields("evaluation", data.get("evaluation", {}), ("metrics",), ())
+    evaluation = _fields("evaluation", data.get("evaluation", {}), ("metrics", "downstream"), ())
+    downstream = evaluation.get("downstream", {})
+    if not isinstance(downstream, dict):
+        raise SpecError("evaluation.downstream: expected a mapping")
     metrics = []
     for i, metric in enumerate(evaluation.get("metrics", [])):
         if isinstance(metric, str):
@@ -145,7 +150,7 @@ def spec_from_dict(data: dict[str, Any]) -> RunSpec:
             accountant=_choice("privacy.accountant", privacy.get("accountant", "rdp"), ACCOUNTANTS),
             guarantee=_choice("privacy.guarantee", privacy.get("guarantee", "formal"), GUARANTEES),
         ),
-        evaluation=EvalSpec(tuple(metrics)),
+        evaluation=EvalSpec(tuple(metrics), dict(downstream)),
         seed=seed,
         profile=_choice("profile", data.get("profile", "tiny"), PROFILES),
     )

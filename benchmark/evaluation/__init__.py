@@ -10,6 +10,7 @@ _BUILTIN_METRICS = {
     "mia": "benchmark.evaluation.mia:MembershipInference",
     "dcr": "benchmark.evaluation.mia:DistanceToClosestRecord",
     "win_rate": "benchmark.evaluation.win_rate:WinRate",
+    "cost": "benchmark.evaluation.cost:Cost",
 }
 
 for _name, _target in _BUILTIN_METRICS.items():
