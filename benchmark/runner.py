@@ -181,7 +181,9 @@ def run(
     artifact.save(run_dir / ARTIFACT)
     method_seconds = elapsed + time.perf_counter() - began
 
-    report = evaluate_artifact(artifact, spec, split, profile, run_dir, pool.costs.summary())
+    report = evaluate_artifact(
+        artifact, spec, split, profile, run_dir, pool.costs.summary(), public_start_of(ctx)
+    )
     record = build_record(
         resolved=resolved,
         split=split,
@@ -207,6 +209,7 @@ def evaluate_artifact(
     profile: Any,
     run_dir: Path,
     costs: dict[str, float],
+    start_model: Any = None,
 ) -> dict[str, Any]:
     """Evaluate the artifact; returns the evaluator's full report (metrics by label)."""
     if not spec.evaluation.metrics:
@@ -223,9 +226,20 @@ def evaluate_artifact(
         work_dir=eval_dir,
         costs=costs,
         downstream=downstream_config(spec),
+        start_model=start_model,
     )
     metric_specs = [{"name": m["name"], **m["settings"]} for m in spec.evaluation.metrics]
     return evaluate(artifact, ctx, metric_specs)
+
+
+def public_start_of(ctx: MethodContext) -> Any:
+    """The shared public starting point (the on-device LM fine-tuned on public data with
+    the profile's default recipe): released text sets are fine-tuned from it, as the
+    federated baselines are, so every method starts from the same model."""
+    from methods.fedlearn import PUBLIC_START_CONFIGS, public_start
+
+    config = PUBLIC_START_CONFIGS[ctx.profile.name]
+    return lambda: public_start(ctx, config)
 
 
 def downstream_config(spec: RunSpec) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -89,6 +90,9 @@ class EvalContext:
     work_dir: Path = field(default_factory=lambda: Path("runs") / "eval-cache")
     costs: dict[str, float] = field(default_factory=dict)
     downstream: DownstreamConfig = field(default_factory=DownstreamConfig)
+    # The public starting point a released text set is fine-tuned from (the same model the
+    # federated methods start from); None → the profile's untrained on-device LM.
+    start_model: Callable[[], Any] | None = None
     _embeddings: EmbeddingCache | None = field(default=None, init=False, repr=False)
     _trained: dict[str, DownstreamResult] = field(default_factory=dict, init=False, repr=False)
 
@@ -106,7 +110,12 @@ class EvalContext:
         key = artifact_key(artifact)
         if key not in self._trained:
             self._trained[key] = run_downstream(
-                artifact, self.split, self.profile.ondevice_lm(), self.downstream, self.seed
+                artifact,
+                self.split,
+                self.profile.ondevice_lm(),
+                self.downstream,
+                self.seed,
+                self.start_model,
             )
         return self._trained[key]
 

@@ -271,7 +271,12 @@ def fit_and_select(
 
 
 def run_downstream(
-    artifact: Artifact, split: FederatedSplit, lm: OnDeviceLM, config: DownstreamConfig, seed: int
+    artifact: Artifact,
+    split: FederatedSplit,
+    lm: OnDeviceLM,
+    config: DownstreamConfig,
+    seed: int,
+    start_model: Callable[[], Any] | None = None,
 ) -> DownstreamResult:
     """Downstream model of a release: the released model itself, or the public starting
     point fine-tuned on the released texts (the untrained start when the text set is empty).
@@ -284,7 +289,7 @@ def run_downstream(
 
         model = AutoModelForCausalLM.from_pretrained(artifact.model_dir, dtype=torch.float32)
     else:
-        model = lm.new_model(seed)
+        model = start_model() if start_model else lm.new_model(seed)
         if artifact.texts:
             return fit_and_select(model, tokenizer, list(artifact.texts), split, config, seed)
     test = evaluate_lm(
