@@ -118,6 +118,9 @@ def run(
     split = split or load_run_split(spec)
     resolved, method_cls = resolve(spec, split)
     run_dir = runs_root / resolved.run_key
+    if (run_dir / RESULT).exists():  # finished before: the record is the result
+        record = json.loads((run_dir / RESULT).read_text())
+        return RunResult(resolved.run_key, run_dir, record, Artifact.load(run_dir / ARTIFACT))
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "spec.json").write_text(json.dumps(resolved.to_dict(), indent=1))
     if profile is None:
@@ -234,11 +237,11 @@ def evaluate_artifact(
 
 def public_start_of(ctx: MethodContext) -> Any:
     """The shared public starting point (the on-device LM fine-tuned on public data with
-    the profile's default recipe): released text sets are fine-tuned from it, as the
+    the ``public_only`` recipe of the profile): released text sets are fine-tuned from it, as the
     federated baselines are, so every method starts from the same model."""
-    from methods.fedlearn import PUBLIC_START_CONFIGS, public_start
+    from methods.fedlearn import public_start
 
-    config = PUBLIC_START_CONFIGS[ctx.profile.name]
+    config = METHODS.get("public_only").configs[ctx.profile.name]
     return lambda: public_start(ctx, config)
 
 
