@@ -66,24 +66,37 @@ class Suite:
         )
 
 
+# The quickstart must finish in ~20 min on 2 CPU cores: the cpu on-device LM's 50k-token
+# output layer costs ~3 CPU-s per 32×64-token step, so the quick suite keeps 2 spans per
+# chapter, 400 public spans, one non-private epoch and 200-sample audits.
+QUICK_METRICS = (
+    {"name": "next_token", "settings": {}},
+    {"name": "fid", "settings": {}},
+    {"name": "mia", "settings": {"n_samples": 200}},
+    {"name": "dcr", "settings": {"n_samples": 200}},
+)
+
 SUITES = {
     "quick": Suite(
         name="quick",
         source="kjv",
-        split_options={},
+        split_options={"cap": 2, "public_max": 400},
         profile="cpu",
         epsilons=(1.0,),
         delta=3e-6,
         seeds=(0,),
+        metrics=QUICK_METRICS,
+        method_params={"nonprivate": {"epochs": 1}},
     ),
     "tiny": Suite(
         name="tiny",
         source="kjv",
-        split_options={"max_records": 3000},
+        split_options={"max_records": 3000, "cap": 2, "public_max": 200},
         profile="tiny",
         epsilons=(1.0,),
         delta=3e-6,
         seeds=(0,),
+        metrics=QUICK_METRICS,
     ),
 }
 
