@@ -119,24 +119,23 @@ class ClientPool:
         keep = self._rng(0).random(self.num_clients) < sample_rate
         return [int(i) for i in np.flatnonzero(keep)]
 
-    def _run_clients(
-        self, indices: list[int], fn: ClientFn | BatchFn, payload: Any, batched: bool
-    ) -> np.ndarray:
-        with client_scope():
-            if batched:
-                rows = np.asarray(fn(ClientBatch([self._clients[i] for i in indices]), payload))
-            else:
-                rows = np.stack([np.asarray(fn(self._clients[i], payload)) for i in indices])
+    @staticmethod
+    def _validated(rows: Any, count: int, dim: int) -> np.ndarray:
+        """Client output as a (count, dim) finite float array, or a PrivacyError."""
+        rows = np.asarray(rows)
         if rows.dtype.kind not in "fiu":
             raise PrivacyError(
                 f"client-side functions must return numbers, got dtype {rows.dtype}: raw data "
                 "never leaves a client"
             )
-        rows = rows.astype(np.float64)
-        if rows.ndim != 2 or rows.shape[0] != len(indices):
+        if rows.dtype.kind != "f":
+            rows = rows.astype(np.float64)
+        if rows.ndim != 2 or rows.shape[0] != count:
             raise PrivacyError(
                 f"client-side function must give one 1-D vector per client; got shape {rows.shape}"
             )
+        if rows.shape[1] != dim:
+            raise PrivacyError(f"client vectors have dim {rows.shape[1]}, declared {dim}")
         if not np.all(np.isfinite(rows)):
             raise PrivacyError("a client-side function returned a non-finite value")
         return rows
@@ -144,17 +143,21 @@ class ClientPool:
     def _clipped_sum(
         self, indices: list[int], fn: Any, payload: Any, clip_norm: float, dim: int, batched: bool
     ) -> np.ndarray:
+        """Sum of the clipped client vectors. One client at a time unless ``batched``, so only
+        one client's vector (e.g. a full model delta) is held at once."""
         floats_down, texts_down = count_payload(payload)
         start = time.perf_counter()
-        if indices:
-            rows = self._run_clients(indices, fn, payload, batched)
-            if rows.shape[1] != dim:
-                raise PrivacyError(f"client vectors have dim {rows.shape[1]}, declared {dim}")
-            total = (
-                clip_rows(rows, clip_norm).sum(axis=0) if math.isfinite(clip_norm) else rows.sum(0)
-            )
-        else:
-            total = np.zeros(dim)
+        total = np.zeros(dim)
+        clip = (lambda rows: clip_rows(rows, clip_norm)) if math.isfinite(clip_norm) else None
+        with client_scope():
+            if batched and indices:
+                batch = ClientBatch([self._clients[i] for i in indices])
+                rows = self._validated(fn(batch, payload), len(indices), dim)
+                total += (clip(rows) if clip else rows).sum(axis=0, dtype=np.float64)
+            elif indices:
+                for i in indices:
+                    row = self._validated(np.asarray(fn(self._clients[i], payload))[None], 1, dim)
+                    total += (clip(row) if clip else row)[0]
         self.costs.add(len(indices), floats_down, texts_down, dim, time.perf_counter() - start)
         return total
 
@@ -269,17 +272,27 @@ class ClientPool:
         return model
 
     def open_tree(
-        self, name: str, *, dim: int, clip_norm: float, noise_multiplier: float, cohort_size: int
+        self,
+        name: str,
+        *,
+        dim: int,
+        clip_norm: float,
+        noise_multiplier: float,
+        cohort_size: int,
+        max_leaves: int | None = None,
     ) -> int:
         """Start a single-epoch tree (DP-FTRL): clients are shuffled once and split into
         disjoint cohorts of ``cohort_size``, so each client contributes to one leaf only.
-        The whole tree is recorded in the ledger now; returns its number of leaves."""
+        The whole tree (``max_leaves`` caps it) is recorded in the ledger now; returns
+        its number of leaves."""
         if self._check_mechanism(clip_norm, noise_multiplier):
             raise PrivacyError("tree aggregation is a private mechanism; use aggregate() instead")
         if not 1 <= cohort_size <= self.num_clients:
             raise PrivacyError(f"cohort_size must be in [1, {self.num_clients}], got {cohort_size}")
         order = self._rng(2).permutation(self.num_clients)
         leaves = self.num_clients // cohort_size
+        if max_leaves is not None:  # a shorter tree (fewer rounds) has fewer levels
+            leaves = max(1, min(leaves, max_leaves))
         cohorts = [order[i * cohort_size : (i + 1) * cohort_size].tolist() for i in range(leaves)]
         self._trees[name] = TreeAggregator(
             dim=dim,
