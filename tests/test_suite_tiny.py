@@ -1,0 +1,48 @@
+"""Every published adapter runs on the KJV split (tiny profile) through the real suite path,
+and each entry's ε is the accountant's ε of its own ledger, within its budget."""
+
+import dataclasses
+import math
+
+import pytest
+
+from benchmark.privacy.accountants import epsilon_from_ledger
+from benchmark.privacy.ledger import PrivacyLedger
+from leaderboard.suites import PUBLISHED_METHODS, SUITES, run_suite
+
+
+@pytest.fixture(scope="module")
+def entries(tmp_path_factory):
+    root = tmp_path_factory.mktemp("suite")
+    suite = dataclasses.replace(SUITES["tiny"], metrics=({"name": "next_token", "settings": {}},))
+    return {
+        e["method"]["name"]: e
+        for e in run_suite(
+            suite,
+            results_root=root / "results",
+            runs_root=root / "runs",
+            splits_root=root / "splits",
+        )
+    }
+
+
+@pytest.mark.parametrize("method", PUBLISHED_METHODS)
+def test_adapter_runs_on_kjv_and_its_epsilon_is_the_ledgers(entries, method):
+    entry = entries[method]
+    privacy = entry["privacy"]
+    [ledger] = privacy["ledgers"]
+    recomputed = epsilon_from_ledger(
+        PrivacyLedger.from_json(ledger).releases, privacy["delta"], privacy["accountant"]
+    )
+    claimed = math.inf if privacy["epsilon"] == "inf" else privacy["epsilon"]
+    budget = math.inf if privacy["epsilon_budget"] == "inf" else privacy["epsilon_budget"]
+    assert recomputed == pytest.approx(claimed)
+    assert recomputed <= budget + 1e-9
+    if method == "public_only":
+        assert ledger == [] and claimed == 0
+    elif method == "nonprivate":
+        assert math.isinf(claimed)
+    else:  # DP methods spend (almost all of) their budget through harness releases
+        assert 0.9 * budget <= recomputed and all(r["noise_multiplier"] > 0 for r in ledger)
+    assert 0 < entry["metrics"]["next_token.top1"]["mean"] < 1
+    assert entry["contamination"]["verdict"] == "contaminated"  # KJV is a demo corpus
