@@ -120,13 +120,13 @@ def _private_dates(manifest: Mapping[str, Any]) -> list[str]:
 
 def check(manifest: Mapping[str, Any], model: str) -> Verdict:
     """Whether ``model`` may have seen the private parts of the split described by ``manifest``."""
+    info = lookup(model)
+    cutoff = f"{info.cutoff} ({info.kind.replace('_', ' ')})"
     if manifest.get("demo") or manifest.get("source", {}).get("demo"):
         source = manifest.get("source", {}).get("name", "this source")
         return Verdict(
-            "contaminated", model, f"{source} is a demo corpus that public models have seen"
+            "contaminated", info.name, f"{source} is a demo corpus that public models have seen"
         )
-    info = lookup(model)
-    cutoff = f"{info.cutoff} ({info.kind.replace('_', ' ')})"
     start = manifest.get("filters", {}).get("date_window", {}).get("start")
     basis = "window start"
     if start is None:
