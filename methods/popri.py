@@ -82,6 +82,7 @@ import numpy as np
 import torch
 
 from benchmark.artifact import Artifact
+from benchmark.data import TEXT
 from benchmark.evaluation.fid import fid_from_features
 from benchmark.evaluation.sampling import shuffled_subset
 from benchmark.method import Method, MethodContext
@@ -164,30 +165,31 @@ _PAPER = {
     "num_synthetic": 1_000_000,
     "generate_batch_size": 256,
 }
-# cpu/tiny: few prompts and rounds, and a learning rate large enough for a few LoRA steps
-# to move the policy (8e-7 is tuned for thousands of steps on LLaMA-3-8B).
+# cpu/tiny: few prompts and rounds, and a learning rate large enough for two LoRA steps per
+# round to move the policy (8e-7 is tuned for thousands of steps on LLaMA-3-8B). On 2 cores
+# SmolLM2 needs about 1.3 s per sample (a 3-shot prompt is ~240 tokens) and about 10 s per
+# pair and DPO epoch, so cpu keeps K·J = 16, 8 FID samples and 64 released samples (as many
+# as pre_text's cpu Expand).
 _CPU = {
     **_PAPER,
     "rounds": 2,
-    "num_prompts": 8,
+    "num_prompts": 4,
     "samples_per_prompt": 4,
     "rejected_rank": 3,
     "max_new_tokens": 48,
-    "lr": 2e-4,
-    "min_lr": 2e-5,
+    "lr": 1e-3,
+    "min_lr": 1e-4,
     "batch_size": 4,
     "grad_accum_steps": 1,
-    "fid_samples": 16,
+    "fid_samples": 8,
     "fid_validation_max": 500,
-    "num_synthetic": 128,
-    "generate_batch_size": 32,
+    "num_synthetic": 64,
+    "generate_batch_size": 16,
 }
 _TINY = {
     **_CPU,
     "num_prompts": 3,
     "max_new_tokens": 12,
-    "lr": 1e-3,
-    "min_lr": 1e-4,
     "fid_samples": 6,
     "fid_validation_max": 64,
     "num_synthetic": 8,
@@ -331,6 +333,7 @@ def train_dpo(
     from trl import DPOConfig, DPOTrainer
 
     snapshots: list[Adapter] = []
+    use_cache = getattr(model.config, "use_cache", None)  # before the trainer turns it off
 
     class EpochSnapshots(TrainerCallback):
         def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -369,7 +372,6 @@ def train_dpo(
             callbacks=[EpochSnapshots()],
         )
     trainer.remove_callback(PrinterCallback)  # one log line per round is noise in a run
-    use_cache = getattr(model.config, "use_cache", None)
     try:
         result = trainer.train()
     finally:  # the trainer turns the KV cache off; sampling without it is many times slower
@@ -405,7 +407,7 @@ class POPri(Method):
         """Γ-embeddings of the validation texts FID compares against (computed once)."""
         if self._validation is None:
             texts = shuffled_subset(
-                [r["text"] for r in ctx.validation], self.popri.fid_validation_max, ctx.seed
+                [r[TEXT] for r in ctx.validation], self.popri.fid_validation_max, ctx.seed
             )
             if len(texts) < 2:
                 raise ValueError("popri selects checkpoints by FID and needs >= 2 validation texts")
@@ -427,7 +429,7 @@ class POPri(Method):
             return math.inf
         return fid_from_features(ctx.profile.embedder().embed(texts), self.validation_features(ctx))
 
-    def round(self, ctx: MethodContext, state: dict[str, Any], round_index: int) -> dict:
+    def round(self, ctx: MethodContext, state: dict[str, Any], round_index: int) -> dict[str, Any]:
         from peft import set_peft_model_state_dict
 
         cfg = self.popri
