@@ -165,14 +165,14 @@ _PAPER = {
     "num_synthetic": 1_000_000,
     "generate_batch_size": 256,
 }
-# cpu/tiny: few prompts and rounds, and a learning rate large enough for two LoRA steps per
-# round to move the policy (8e-7 is tuned for thousands of steps on LLaMA-3-8B). On 2 cores
-# SmolLM2 needs about 1.3 s per sample (a 3-shot prompt is ~240 tokens) and about 10 s per
-# pair and DPO epoch, so cpu keeps K·J = 16, 8 FID samples and 64 released samples (as many
-# as pre_text's cpu Expand).
+# cpu/tiny: one or two rounds of few prompts, and a learning rate large enough for two LoRA
+# steps per round to move the policy (8e-7 is tuned for thousands of steps on LLaMA-3-8B).
+# Measured on 2 shared cores: SmolLM2 takes 5-15 s per sample (a 3-shot prompt is ~240
+# tokens; decoding is bound by reading the fp32 weights) and 10-25 s per pair and DPO epoch,
+# so cpu keeps one round of K·J = 16, 4 FID samples per checkpoint and 32 released samples.
 _CPU = {
     **_PAPER,
-    "rounds": 2,
+    "rounds": 1,
     "num_prompts": 4,
     "samples_per_prompt": 4,
     "rejected_rank": 3,
@@ -181,13 +181,14 @@ _CPU = {
     "min_lr": 1e-4,
     "batch_size": 4,
     "grad_accum_steps": 1,
-    "fid_samples": 8,
+    "fid_samples": 4,
     "fid_validation_max": 500,
-    "num_synthetic": 64,
+    "num_synthetic": 32,
     "generate_batch_size": 16,
 }
 _TINY = {
     **_CPU,
+    "rounds": 2,
     "num_prompts": 3,
     "max_new_tokens": 12,
     "fid_samples": 6,
