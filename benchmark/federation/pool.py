@@ -136,9 +136,19 @@ class ClientPool:
             )
         if rows.shape[1] != dim:
             raise PrivacyError(f"client vectors have dim {rows.shape[1]}, declared {dim}")
-        if not np.all(np.isfinite(rows)):
-            raise PrivacyError("a client-side function returned a non-finite value")
         return rows
+
+    @staticmethod
+    def _row_sum(rows: np.ndarray, clip_norm: float) -> np.ndarray:
+        """Sum of the rows, each scaled to L2 norm at most ``clip_norm``: one pass for the
+        norms (which also catches non-finite values) and one matrix-vector product."""
+        norms = np.linalg.norm(rows, axis=1)
+        if not np.all(np.isfinite(norms)):
+            raise PrivacyError("a client-side function returned a non-finite value")
+        scale = np.ones_like(norms)
+        if math.isfinite(clip_norm):
+            scale = np.minimum(1.0, clip_norm / np.maximum(norms, 1e-12))
+        return (scale.astype(rows.dtype) @ rows).astype(np.float64)
 
     def _clipped_sum(
         self, indices: list[int], fn: Any, payload: Any, clip_norm: float, dim: int, batched: bool
@@ -148,16 +158,16 @@ class ClientPool:
         floats_down, texts_down = count_payload(payload)
         start = time.perf_counter()
         total = np.zeros(dim)
-        clip = (lambda rows: clip_rows(rows, clip_norm)) if math.isfinite(clip_norm) else None
         with client_scope():
             if batched and indices:
                 batch = ClientBatch([self._clients[i] for i in indices])
-                rows = self._validated(fn(batch, payload), len(indices), dim)
-                total += (clip(rows) if clip else rows).sum(axis=0, dtype=np.float64)
+                total += self._row_sum(
+                    self._validated(fn(batch, payload), len(indices), dim), clip_norm
+                )
             elif indices:
                 for i in indices:
                     row = self._validated(np.asarray(fn(self._clients[i], payload))[None], 1, dim)
-                    total += (clip(row) if clip else row)[0]
+                    total += self._row_sum(row, clip_norm)
         self.costs.add(len(indices), floats_down, texts_down, dim, time.perf_counter() - start)
         return total
 
