@@ -11,7 +11,7 @@ so the numbers measure scoring and aggregation, not a sentence encoder. Reported
 
 - ``cold``: the first round, which also computes and memoises every client's mean embedding;
 - ``warm``: later rounds (best of ``--repeats``), split into the client function (the product)
-  and the pool's generic part (dtype conversion, finiteness check, clipping, sum, noise);
+  and the pool's generic part (validation incl. a finiteness check, clipping, sum, noise);
 - ``matmul``: a plain float32 product of the same shapes (numpy and torch), as GFLOP/s;
 - ``clip_sum_f32``: the clip+sum done as one float32 pass (row norms by einsum, then the
   scale vector times the matrix), i.e. what the pool's generic part could cost.

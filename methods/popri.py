@@ -67,7 +67,9 @@ Choices the paper leaves open (and where the values come from):
 State (picklable, small): the LoRA weights of the current policy and of the best checkpoint
 (CPU tensors), the best FID and its round/epoch, and per-round FIDs and DPO losses. The
 profile's generator is modified only inside a round (LoRA injected, then unloaded), so the
-cached model is unchanged between rounds and after the run.
+cached model is unchanged between rounds and after the run. Sampling runs with the adapter
+merged into the weights (the reference code also merges before generating) and the exact
+base weights are restored afterwards.
 """
 
 from __future__ import annotations
@@ -298,6 +300,27 @@ def lora_policy(
             base.config.use_cache = use_cache
 
 
+@contextmanager
+def merged(model: Any) -> Iterator[None]:
+    """The LoRA update folded into the base weights inside the block, so sampling costs what
+    the base model costs (unmerged, every adapted layer adds its own small ops per token). On
+    exit the exact base weights are copied back (unmerging alone would leave rounding error)."""
+    tuner = model.base_model
+    saved = [
+        (p, p.detach().to("cpu", copy=True))
+        for name, p in tuner.model.named_parameters()
+        if ".base_layer." in name
+    ]
+    tuner.merge_adapter()
+    try:
+        yield
+    finally:
+        tuner.unmerge_adapter()
+        with torch.no_grad():
+            for param, original in saved:
+                param.copy_(original)
+
+
 def adapter_weights(model: Any) -> Adapter:
     """The LoRA weights of a peft model, as detached CPU tensors."""
     from peft import get_peft_model_state_dict
@@ -438,13 +461,14 @@ class POPri(Method):
         public = eligible_public(ctx, 1)
         sigma = self.noise_multiplier(ctx)
         with lora_policy(generator, cfg, state["adapter"]) as model:
-            prompts, samples = sample_round(
-                generator,
-                public,
-                cfg,
-                ctx.rng(round_index, _PROMPTS),
-                _seed(ctx.rng(round_index, _SAMPLING)),
-            )
+            with merged(model):
+                prompts, samples = sample_round(
+                    generator,
+                    public,
+                    cfg,
+                    ctx.rng(round_index, _PROMPTS),
+                    _seed(ctx.rng(round_index, _SAMPLING)),
+                )
             embeddings = ctx.profile.embedder().embed(samples)
             scores = private_scores(ctx, embeddings, sigma, cfg.sample_rate, round_index)
             pairs = preference_pairs(prompts, samples, scores, cfg.rejected_rank)
@@ -459,7 +483,8 @@ class POPri(Method):
             fids = []
             for snapshot in snapshots:
                 set_peft_model_state_dict(model, snapshot)
-                fids.append(self._fid(ctx, generator, round_index))
+                with merged(model):
+                    fids.append(self._fid(ctx, generator, round_index))
         epoch = int(np.argmin(fids))
         best = state["best"]
         if best is None or fids[epoch] < best["fid"]:
@@ -484,7 +509,7 @@ class POPri(Method):
         generator = ctx.profile.generator()
         rng = ctx.rng(cfg.rounds, _PROMPTS)
         params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p)
-        with lora_policy(generator, cfg, state["best"]["adapter"]):
+        with lora_policy(generator, cfg, state["best"]["adapter"]) as model, merged(model):
             texts = expand(
                 generator,
                 eligible_public(ctx, 1),
