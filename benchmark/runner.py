@@ -237,12 +237,11 @@ def evaluate_artifact(
 
 def public_start_of(ctx: MethodContext) -> Any:
     """The shared public starting point (the on-device LM fine-tuned on public data with
-    the ``public_only`` recipe of the profile): released text sets are fine-tuned from it, as the
+    the profile's recipe): released text sets are fine-tuned from it, as the
     federated baselines are, so every method starts from the same model."""
-    from methods.fedlearn import public_start
+    from benchmark.training import PUBLIC_START_CONFIGS, public_start
 
-    config = METHODS.get("public_only").configs[ctx.profile.name]
-    return lambda: public_start(ctx, config)
+    return lambda: public_start(ctx, PUBLIC_START_CONFIGS[ctx.profile.name])
 
 
 def downstream_config(spec: RunSpec) -> Any:

@@ -2,7 +2,7 @@
 
 ``public_only`` (paper 004 App. D.2 "c4-only"; paper 000's ε = 0 column with
 ``public_epochs: 0``): the profile's on-device LM fine-tuned on the split's public texts
-with validation-based epoch selection (:func:`methods.fedlearn.public_start`). It reads no
+with validation-based epoch selection (:func:`benchmark.training.public_start`). It reads no
 private data, so the ledger stays empty and ε = 0 under any budget.
 
 ``nonprivate`` (paper 000 §5: "the downstream model finetuned directly on the private
@@ -24,14 +24,14 @@ from typing import Any
 from benchmark.artifact import Artifact
 from benchmark.federation.clients import ClientData
 from benchmark.method import Method, MethodContext
-from methods.fedlearn import (
+from benchmark.training import (
     PUBLIC_START_CONFIGS,
     FineTune,
     fine_tune,
     public_start,
-    save_model,
     validation_texts,
 )
+from methods.fedlearn import save_model
 
 
 class PublicOnly(Method):
@@ -40,7 +40,7 @@ class PublicOnly(Method):
     name = "public_only"
     artifact_kind = "model"
     privacy_units = ("user", "sample", "central")
-    configs = {p: {**PUBLIC_START_CONFIGS[p], "max_length": 64} for p in PUBLIC_START_CONFIGS}
+    configs = PUBLIC_START_CONFIGS
 
     def num_rounds(self) -> int:
         return 0

@@ -2,7 +2,7 @@
 
 Algorithm (user-level DP-FedAvg with a fixed-denominator estimator) and where it runs:
 
-1. θ₀ ← the shared public start (:func:`methods.fedlearn.public_start`; paper 004: DistilGPT2
+1. θ₀ ← the shared public start (:func:`benchmark.training.public_start`; paper 004: DistilGPT2
    fine-tuned on public c4 first) — ``setup``.
 2. σ ← ``ctx.noise_for(steps=rounds, sample_rate=q)``: T Poisson-subsampled Gaussian releases
    fit the budget (σ = 0 at ε = ∞: a recorded non-private release) — ``setup``.
@@ -43,7 +43,8 @@ from typing import Any
 import torch
 
 from benchmark.method import MethodContext
-from methods.fedlearn import FEDERATED_DEFAULTS, PUBLIC_START_CONFIGS, FederatedLM, momentum_step
+from benchmark.training import PUBLIC_START_CONFIGS
+from methods.fedlearn import FEDERATED_DEFAULTS, FederatedLM, momentum_step
 
 
 def sample_rate(clients_per_round: int | None, num_clients: int) -> float:

@@ -3,7 +3,7 @@ paper 002 §2 / App. C; Kairouz et al. 2021).
 
 Algorithm and where it runs:
 
-1. θ₀ ← the shared public start (:func:`methods.fedlearn.public_start`) — ``setup``.
+1. θ₀ ← the shared public start (:func:`benchmark.training.public_start`) — ``setup``.
 2. Schedule: cohorts of ``cohort_size`` c (null: all N clients, full participation). The pool
    shuffles the clients once per tree into L = ⌊N / c⌋ disjoint cohorts, so a client
    contributes to one leaf per tree. Round t uses leaf t mod L of tree ⌊t / L⌋; a new tree
@@ -53,7 +53,8 @@ import torch
 
 from benchmark.method import MethodContext
 from benchmark.spec import SpecError
-from methods.fedlearn import FEDERATED_DEFAULTS, PUBLIC_START_CONFIGS, FederatedLM
+from benchmark.training import PUBLIC_START_CONFIGS
+from methods.fedlearn import FEDERATED_DEFAULTS, FederatedLM
 
 CROSS_DEVICE_002: dict[str, Any] = {
     "rounds": 1600,

@@ -112,6 +112,6 @@ def load_params(model_dir: str) -> torch.Tensor:
     """Parameters of a released model, loaded the way the evaluator loads it."""
     from transformers import AutoModelForCausalLM
 
-    from methods.fedlearn import flat_params
+    from benchmark.training import flat_params
 
     return flat_params(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32))

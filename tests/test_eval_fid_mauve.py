@@ -1,5 +1,7 @@
 """FID against closed forms, MAUVE on known distributions, and both as registered metrics."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from scipy.linalg import sqrtm
@@ -7,6 +9,7 @@ from test_eval_support import TinyProfile, make_split, template_texts
 
 from benchmark.artifact import Artifact
 from benchmark.evaluation.base import EvalContext, evaluate
+from benchmark.evaluation.downstream import train_lm
 from benchmark.evaluation.fid import fid_from_features, frechet_distance
 from benchmark.evaluation.mauve_metric import mauve_from_features
 
@@ -91,8 +94,31 @@ def test_registered_fid_and_mauve_rank_a_matching_set_above_an_off_topic_set(ctx
     assert same["settings"]["fid"]["featurizer"] == "hash-bow-64"
 
 
-def test_model_release_without_texts_is_skipped_with_a_reason(ctx, tmp_path):
-    out = evaluate(Artifact("model", model_dir=str(tmp_path)), ctx, [{"name": "fid"}])
-    assert out["metrics"] == {} and "needs a released text set" in out["skipped"]["fid"]
+def test_too_small_text_releases_are_skipped_with_a_reason(ctx):
     one = evaluate(Artifact("texts", texts=["one text"]), ctx, [{"name": "fid"}, {"name": "mauve"}])
     assert "at least 2" in one["skipped"]["fid"] and "at least 2" in one["skipped"]["mauve"]
+    out = evaluate(Artifact("preferences"), ctx, [{"name": "fid"}])
+    assert "fid applies to" in out["skipped"]["fid"]
+
+
+def release_model(ctx, texts, directory):
+    """A released on-device model: the tiny LM trained on ``texts``."""
+    lm = ctx.profile.ondevice_lm()
+    model = train_lm(lm.new_model(0), lm.tokenizer, texts, 6, 3e-3, 16, seed=0)
+    model.save_pretrained(directory)
+    return Artifact("model", model_dir=str(directory))
+
+
+def test_model_releases_are_scored_on_texts_sampled_from_them(ctx, tmp_path):
+    cfg = replace(ctx.downstream, model_samples=120)
+    fresh = EvalContext(split=ctx.split, profile=ctx.profile, work_dir=tmp_path, downstream=cfg)
+    on_topic = release_model(fresh, template_texts(300, seed=5), tmp_path / "farm")
+    off_topic = release_model(fresh, template_texts(300, seed=5, topic="tale"), tmp_path / "tale")
+    specs = [{"name": "fid"}, {"name": "dcr", "n_samples": 16}]
+    near, far = evaluate(on_topic, fresh, specs), evaluate(off_topic, fresh, specs)
+    assert near["model_samples"]["source"] == "the released model"
+    assert 100 <= near["metrics"]["fid"]["n_synthetic"] <= 120
+    assert near["metrics"]["fid"]["fid"] < far["metrics"]["fid"]["fid"]
+    assert "auc" in near["metrics"]["dcr"]
+    again = EvalContext(split=ctx.split, profile=ctx.profile, work_dir=tmp_path, downstream=cfg)
+    assert again.release_texts(on_topic, "fid") == fresh.release_texts(on_topic, "fid")

@@ -16,8 +16,7 @@ from benchmark.evaluation.downstream import evaluate_lm, train_lm
 from benchmark.privacy.accountants import epsilon_from_ledger
 from benchmark.privacy.errors import PrivacyError
 from benchmark.privacy.ledger import NONPRIVATE
-from methods.bounds import NonPrivate, PublicOnly
-from methods.fedlearn import (
+from benchmark.training import (
     FineTune,
     fine_tune,
     flat_params,
@@ -25,6 +24,7 @@ from methods.fedlearn import (
     public_start,
     validation_texts,
 )
+from methods.bounds import NonPrivate, PublicOnly
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -31,6 +31,7 @@ class MetricNotApplicable(ValueError):
 
 
 DOWNSTREAM_KINDS = ("texts", "labelled_texts", "model")  # releases with a downstream LM
+TEXT_KINDS = DOWNSTREAM_KINDS  # releases with texts: their own, or sampled from the model
 
 
 class Metric(ABC):
@@ -95,6 +96,7 @@ class EvalContext:
     start_model: Callable[[], Any] | None = None
     _embeddings: EmbeddingCache | None = field(default=None, init=False, repr=False)
     _trained: dict[str, DownstreamResult] = field(default_factory=dict, init=False, repr=False)
+    _sampled: dict[str, list[str]] = field(default_factory=dict, init=False, repr=False)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Embed with the profile's embedder; each text set is embedded once per context."""
@@ -119,6 +121,35 @@ class EvalContext:
             )
         return self._trained[key]
 
+    def release_texts(self, artifact: Artifact, metric: str, minimum: int = 1) -> list[str]:
+        """The texts a text metric scores: a text release's own texts, or for a released
+        model ``downstream.model_samples`` texts sampled from it (once per context)."""
+        if artifact.kind != "model":
+            return require_texts(artifact, metric, minimum)
+        key = artifact_key(artifact)
+        if key not in self._sampled:
+            from benchmark.evaluation.model_samples import sample_texts
+
+            result = self.downstream_result(artifact)
+            cfg = self.downstream
+            self._sampled[key] = sample_texts(
+                result.model,
+                result.tokenizer,
+                self.split.texts("public"),
+                cfg.model_samples,
+                self.seed,
+                cfg.max_length,
+                cfg.sample_temperature,
+            )
+        texts = self._sampled[key]
+        if len(texts) < minimum:
+            raise MetricNotApplicable(f"{metric} needs at least {minimum} texts from the model")
+        return texts
+
+    def sampled_count(self, artifact: Artifact) -> int | None:
+        texts = self._sampled.get(artifact_key(artifact))
+        return None if texts is None else len(texts)
+
 
 def evaluate(artifact: Artifact, ctx: EvalContext, metric_specs: list[dict[str, Any]]) -> dict:
     """Compute each ``{"name": ..., **settings}`` in ``metric_specs`` on ``artifact``.
@@ -141,6 +172,9 @@ def evaluate(artifact: Artifact, ctx: EvalContext, metric_specs: list[dict[str, 
         except MetricNotApplicable as exc:
             out["skipped"][label] = str(exc)
         out["settings"][label] = {"name": name, **metric.settings()}
+    sampled = ctx.sampled_count(artifact)
+    if sampled is not None:
+        out["model_samples"] = {"texts": sampled, "source": "the released model"}
     if ctx.has_downstream(artifact):
         out["downstream"] = {
             "config": asdict(ctx.downstream),

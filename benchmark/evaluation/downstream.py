@@ -48,6 +48,10 @@ class DownstreamConfig:
     select_on: str = "top1"
     max_grad_norm: float = 1.0
     weight_decay: float = 0.0
+    # A released model is scored by the text metrics (FID, MAUVE, DCR) on this many texts
+    # sampled from it (:mod:`benchmark.evaluation.model_samples`).
+    model_samples: int = 1000
+    sample_temperature: float = 1.0
 
 
 def encode(tokenizer: Any, texts: list[str], max_length: int) -> list[list[int]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from benchmark.artifact import Artifact
-from benchmark.evaluation.base import EvalContext, Metric, require_texts
+from benchmark.evaluation.base import TEXT_KINDS, EvalContext, Metric
 from benchmark.evaluation.sampling import shuffled_subset
 
 
@@ -58,11 +58,12 @@ class FID(Metric):
         self.max_samples = max_samples
         self.reference_part = reference_part
 
-    def check_applicable(self, artifact: Artifact) -> None:
-        require_texts(artifact, self.name, minimum=2)
+    kinds = TEXT_KINDS
 
     def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
-        synthetic = shuffled_subset(require_texts(artifact, self.name), self.max_samples, ctx.seed)
+        synthetic = shuffled_subset(
+            ctx.release_texts(artifact, self.name, minimum=2), self.max_samples, ctx.seed
+        )
         real = shuffled_subset(ctx.split.texts(self.reference_part), self.max_samples, ctx.seed)
         self.record(featurizer=ctx.profile.embedder().name)
         value = fid_from_features(ctx.embed(synthetic), ctx.embed(real))

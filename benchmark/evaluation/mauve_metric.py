@@ -13,7 +13,7 @@ from importlib.metadata import version
 import numpy as np
 
 from benchmark.artifact import Artifact
-from benchmark.evaluation.base import EvalContext, Metric, require_texts
+from benchmark.evaluation.base import TEXT_KINDS, EvalContext, Metric
 from benchmark.evaluation.sampling import shuffled_subset
 
 
@@ -81,11 +81,12 @@ class MAUVE(Metric):
         self.max_samples = max_samples
         self.reference_part = reference_part
 
-    def check_applicable(self, artifact: Artifact) -> None:
-        require_texts(artifact, self.name, minimum=2)
+    kinds = TEXT_KINDS
 
     def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
-        synthetic = shuffled_subset(require_texts(artifact, self.name), self.max_samples, ctx.seed)
+        synthetic = shuffled_subset(
+            ctx.release_texts(artifact, self.name, minimum=2), self.max_samples, ctx.seed
+        )
         real = shuffled_subset(ctx.split.texts(self.reference_part), self.max_samples, ctx.seed)
         self.record(featurizer=ctx.profile.embedder().name, mauve_text=version("mauve-text"))
         scores = mauve_from_features(

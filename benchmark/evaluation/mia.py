@@ -25,10 +25,10 @@ from benchmark.artifact import Artifact
 from benchmark.data import FederatedSplit
 from benchmark.evaluation.base import (
     DOWNSTREAM_KINDS,
+    TEXT_KINDS,
     EvalContext,
     Metric,
     MetricNotApplicable,
-    require_texts,
 )
 from benchmark.evaluation.downstream import sequence_losses
 from benchmark.evaluation.sampling import shuffled_subset
@@ -150,15 +150,14 @@ class DistanceToClosestRecord(Metric):
         super().__init__(n_samples=n_samples, nonmember_parts=list(nonmember_parts))
         self.n_samples, self.nonmember_parts = n_samples, tuple(nonmember_parts)
 
-    def check_applicable(self, artifact: Artifact) -> None:
-        require_texts(artifact, self.name)
+    kinds = TEXT_KINDS
 
     def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
         members, nonmembers = audit_samples(
             ctx.split, self.n_samples, ctx.seed, self.nonmember_parts
         )
         self.record(featurizer=ctx.profile.embedder().name)
-        synthetic = ctx.embed(require_texts(artifact, self.name))
+        synthetic = ctx.embed(ctx.release_texts(artifact, self.name))
         d_members = closest_distances(ctx.embed(members), synthetic)
         d_nonmembers = closest_distances(ctx.embed(nonmembers), synthetic)
         return {

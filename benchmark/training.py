@@ -1,0 +1,153 @@
+"""Centralised training of the on-device LM, and the public starting point every method shares.
+
+Public starting point (papers 004 App. D.2 and 000 §5): paper 004 fine-tunes DistilGPT2 on
+a public c4 subset ("c4-only", its ε = 0 row) and starts DP-FedAvg, DP-FTRL and its
+ε = ∞ row from that model; paper 000's ε = 0 column is the public DistilGPT2 checkpoint
+itself. fedsynth follows paper 004 for all four adapters: the profile's on-device LM
+(``new_model(seed)``) is fine-tuned on the split's public texts with validation-based
+epoch selection, and that model is the ε = 0 release (``public_only``) and the start of
+``nonprivate``, ``dp_fedavg`` and ``dp_ftrl``. The ``cpu``/``tiny`` on-device LMs are
+random-init GPT-2s, so without this step they would start from noise.
+``public_epochs: 0`` reproduces paper 000's convention (start = the profile's checkpoint).
+The step is deterministic given the seed, so the four adapters share the same start.
+
+It lives in the harness (not in a method) because the evaluator also needs it: released
+text sets are fine-tuned downstream from this same start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from benchmark.data import TEXT
+from benchmark.evaluation.downstream import evaluate_lm, is_better, train_lm
+from benchmark.method import MethodContext
+from benchmark.profiles.cache import cache_dir
+
+# Public starting point per profile; every adapter of this family merges these into its
+# configs so that all four start from the same model. paper = paper 004 App. D.2 c4-only
+# (AdamW lr 2e-4, batch 256, 20 epochs) at paper 000's sequence length 64. The cpu/tiny
+# starts are random-init GPT-2s, hence larger lrs than paper 004's (which fine-tunes a
+# pretrained DistilGPT2).
+PUBLIC_START_CONFIGS: dict[str, dict[str, Any]] = {
+    p: {**c, "max_length": 64}
+    for p, c in {
+        "tiny": {"public_epochs": 2, "public_lr": 2e-3, "public_batch_size": 16},
+        "cpu": {"public_epochs": 3, "public_lr": 1e-3, "public_batch_size": 32},
+        "paper": {"public_epochs": 20, "public_lr": 2e-4, "public_batch_size": 256},
+    }.items()
+}
+SELECT_ON = "top1"  # next-token accuracy, the papers' reported metric
+
+
+@dataclass(frozen=True)
+class FineTune:
+    """Centralised fine-tuning (AdamW, as in downstream training) with epoch selection."""
+
+    epochs: int
+    lr: float
+    batch_size: int
+    max_length: int = 64
+    select_on: str = SELECT_ON
+
+
+def public_fine_tune(config: dict[str, Any]) -> FineTune:
+    return FineTune(
+        config["public_epochs"],
+        config["public_lr"],
+        config["public_batch_size"],
+        config["max_length"],
+    )
+
+
+def validation_texts(ctx: MethodContext) -> list[str]:
+    return [r[TEXT] for r in ctx.validation]
+
+
+def fine_tune(
+    model: Any,
+    tokenizer: Any,
+    texts: list[str],
+    validation: list[str],
+    cfg: FineTune,
+    seed: int,
+) -> int:
+    """Fine-tune ``model`` in place; keep the epoch best on ``validation``. Returns that epoch.
+
+    Without validation texts the last epoch is kept; with no epochs or no texts the model is
+    left as it is (epoch 0). The test part is never touched.
+    """
+    if cfg.epochs == 0 or not texts:
+        return 0
+    best: dict[str, Any] = {}
+
+    def after_epoch(epoch: int) -> None:
+        if not validation:
+            return
+        score = evaluate_lm(model, tokenizer, validation, cfg.max_length)[cfg.select_on]
+        if not best or is_better(score, best["score"], cfg.select_on):
+            best.update(epoch=epoch, score=score, params=flat_params(model))
+
+    train_lm(
+        model, tokenizer, texts, cfg.epochs, cfg.lr, cfg.batch_size, seed,
+        cfg.max_length, after_epoch,
+    )  # fmt: skip
+    if not best:
+        return cfg.epochs
+    load_flat(model, best["params"])
+    return int(best["epoch"])
+
+
+def public_start(ctx: MethodContext, config: dict[str, Any]) -> Any:
+    """The shared starting point: the profile's on-device LM fine-tuned on public texts.
+
+    It reads public and validation data only, and is deterministic given its inputs, so it
+    is cached (flat parameters, keyed by the profile's model ids, the texts, the fine-tuning
+    settings and the seed) and the four adapters of a quickstart train it once.
+    """
+    lm = ctx.profile.ondevice_lm()
+    model = lm.new_model(ctx.seed)
+    public, validation = [r[TEXT] for r in ctx.public], validation_texts(ctx)
+    cfg = public_fine_tune(config)
+    if cfg.epochs == 0 or not public:
+        return model.eval()
+    key = hashlib.sha256(
+        json.dumps(
+            [ctx.profile.describe(), lm.name, public, validation, asdict(cfg), ctx.seed],
+            sort_keys=True,
+        ).encode()
+    ).hexdigest()[:24]
+    path = cache_dir() / "public_start" / f"{key}.pt"
+    if path.exists():
+        load_flat(model, torch.load(path, weights_only=True))
+        return model.eval()
+    fine_tune(model, lm.tokenizer, public, validation, cfg, ctx.seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp-{os.getpid()}")
+    torch.save(flat_params(model), tmp)
+    os.replace(tmp, path)
+    return model.eval()
+
+
+def flat_params(model: Any) -> torch.Tensor:
+    """All parameters as one float32 CPU vector (tied weights counted once)."""
+    return torch.cat([p.detach().reshape(-1).float().cpu() for p in model.parameters()])
+
+
+def load_flat(model: Any, flat: torch.Tensor) -> None:
+    """Copy ``flat`` into the model's parameters (copies: the model never aliases ``flat``)."""
+    flat = torch.as_tensor(flat)
+    offset = 0
+    with torch.no_grad():
+        for p in model.parameters():
+            n = p.numel()
+            p.copy_(flat[offset : offset + n].view_as(p))
+            offset += n
+    if offset != flat.numel():
+        raise ValueError(f"parameter vector has {flat.numel()} entries, the model {offset}")
