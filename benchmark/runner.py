@@ -25,6 +25,7 @@ from benchmark.federation.quarantine import Diagnostics
 from benchmark.method import Method, MethodContext
 from benchmark.privacy.errors import BudgetExceededError
 from benchmark.privacy.ledger import PrivacyLedger
+from benchmark.progress import progress
 from benchmark.records import build_record, write_record
 from benchmark.registry import METHODS
 from benchmark.spec import ResolvedSpec, RunSpec, SpecError
@@ -161,7 +162,8 @@ def run(
         start, state, elapsed = 0, method.setup(ctx), 0.0
 
     began = time.perf_counter()
-    for r in range(start, method.num_rounds()):
+    rounds = range(start, method.num_rounds())
+    for r in progress(rounds, f"{spec.method.name} rounds", total=len(rounds), unit="round"):
         _seed_torch(spec.seed, r)
         state = method.round(ctx, state, r)
         check_budget(ledger, spec)

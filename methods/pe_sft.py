@@ -48,6 +48,7 @@ from benchmark.method import MethodContext
 from benchmark.profiles.base import Generator, SamplingParams
 from benchmark.profiles.hf_generator import context_length
 from benchmark.profiles.seeding import seeded
+from methods.lora import lora_config
 from methods.private_evolution import (
     PE_CPU,
     PE_PAPER,
@@ -143,17 +144,10 @@ def fine_tuned(
     base = generator.model
     trainable = {name: p.requires_grad for name, p in base.named_parameters()}
     if config.lora_r > 0:
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
-        lora = LoraConfig(
-            r=config.lora_r,
-            lora_alpha=config.lora_alpha,
-            lora_dropout=0.0,
-            target_modules="all-linear",
-            task_type="CAUSAL_LM",
-        )
         with seeded(seed):  # the adapters' random initialisation
-            model = get_peft_model(base, lora)
+            model = get_peft_model(base, lora_config(config.lora_r, config.lora_alpha))
         snapshot = None
     else:
         model = base

@@ -90,6 +90,7 @@ from benchmark.evaluation.sampling import shuffled_subset
 from benchmark.method import Method, MethodContext
 from benchmark.profiles.base import Generator, SamplingParams
 from benchmark.profiles.hf_generator import context_length
+from methods.lora import lora_config
 from methods.popri_scoring import SimilarityScorer, preference_indices
 from methods.private_evolution import eligible_public, expand, few_shot_prompt, parse_generated
 
@@ -276,18 +277,11 @@ def lora_policy(
     """The generator's model with a LoRA adapter (weights ``adapter``, or fresh) injected in
     place; yields the peft model. On exit the adapter is unloaded and the base model's
     mode and cache setting restored, so the profile's cached generator is left unchanged."""
-    from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+    from peft import get_peft_model, set_peft_model_state_dict
 
     base = generator.model
     use_cache = getattr(base.config, "use_cache", None)
-    lora = LoraConfig(
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=0.0,
-        target_modules="all-linear",
-        task_type="CAUSAL_LM",
-    )
-    model = get_peft_model(base, lora)
+    model = get_peft_model(base, lora_config(config.lora_r, config.lora_alpha))
     try:
         if adapter is not None:
             set_peft_model_state_dict(model, adapter)

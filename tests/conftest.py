@@ -16,6 +16,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
+os.environ["TQDM_DISABLE"] = "1"  # progress bars (benchmark.progress) stay quiet in tests
 # one torch/OpenMP thread: on a shared 2-core box, 2 spinning threads made small-model
 # forwards 7-100x slower (measured); set OMP_NUM_THREADS yourself to override
 os.environ.setdefault("OMP_NUM_THREADS", "1")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from benchmark.cli.catalog import datasets_group, methods_group
@@ -28,11 +30,20 @@ def cli(plugins: tuple[str, ...]) -> None:
     boundary (the harness clips, noises and accounts for every release), evaluate
     them the same way, and browse the leaderboard.
     """
+    quiet_libraries()
     for path in plugins:
         try:
             load_plugin_file(path)
         except RegistryError as exc:
             raise click.ClickException(str(exc)) from exc
+
+
+def quiet_libraries() -> None:
+    """Keep the terminal to fedsynth's own progress bars and messages: the libraries' load
+    and save bars and their informational warnings (e.g. transformers' ``loss_type``
+    notice on every GPT-2 load) would bury them."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read by transformers too
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 
 cli.add_command(run_command)

@@ -22,7 +22,9 @@ from benchmark.artifact import KINDS, Artifact
 from benchmark.data import FederatedSplit
 from benchmark.evaluation.downstream import DownstreamConfig, DownstreamResult, run_downstream
 from benchmark.evaluation.embedding_cache import EmbeddingCache
+from benchmark.evaluation.sampling import shuffled_subset
 from benchmark.profiles.base import ModelProfile
+from benchmark.progress import progress
 from benchmark.registry import METRICS
 
 
@@ -146,6 +148,18 @@ class EvalContext:
             raise MetricNotApplicable(f"{metric} needs at least {minimum} texts from the model")
         return texts
 
+    def compared_sets(
+        self, artifact: Artifact, metric: str, reference_part: str, max_samples: int | None
+    ) -> tuple[list[str], list[str]]:
+        """Released (or sampled) texts and the real ``reference_part`` texts a distribution
+        metric compares: each seeded-shuffled and capped at ``max_samples``."""
+        synthetic = self.release_texts(artifact, metric, minimum=2)
+        real = self.split.texts(reference_part)
+        return (
+            shuffled_subset(synthetic, max_samples, self.seed),
+            shuffled_subset(real, max_samples, self.seed),
+        )
+
     def sampled_count(self, artifact: Artifact) -> int | None:
         texts = self._sampled.get(artifact_key(artifact))
         return None if texts is None else len(texts)
@@ -159,7 +173,7 @@ def evaluate(artifact: Artifact, ctx: EvalContext, metric_specs: list[dict[str, 
     instead of failing the run (e.g. DCR for a released model without texts).
     """
     out: dict[str, Any] = {"metrics": {}, "settings": {}, "skipped": {}}
-    for spec in metric_specs:
+    for spec in progress(metric_specs, "evaluate", unit="metric"):
         settings = dict(spec)
         name = settings.pop("name")
         label = settings.pop("label", name)

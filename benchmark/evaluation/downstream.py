@@ -32,6 +32,7 @@ from benchmark.artifact import Artifact
 from benchmark.data import FederatedSplit
 from benchmark.profiles.base import OnDeviceLM
 from benchmark.profiles.seeding import seeded
+from benchmark.progress import progress
 
 LOWER_IS_BETTER = frozenset({"ce"})
 
@@ -168,7 +169,8 @@ def train_lm(
     with seeded(seed):
         model.train()
         for epoch in range(1, epochs + 1):
-            for batch in torch.randperm(len(seqs), generator=order_rng).split(batch_size):
+            batches = torch.randperm(len(seqs), generator=order_rng).split(batch_size)
+            for batch in progress(batches, f"train epoch {epoch}/{epochs}", unit="step"):
                 ids, mask = _pad([seqs[i] for i in batch.tolist()], device)
                 labels = ids.masked_fill(mask == 0, -100)
                 loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss

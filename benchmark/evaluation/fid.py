@@ -12,7 +12,6 @@ import numpy as np
 
 from benchmark.artifact import Artifact
 from benchmark.evaluation.base import TEXT_KINDS, EvalContext, Metric
-from benchmark.evaluation.sampling import shuffled_subset
 
 
 def gaussian_stats(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -52,19 +51,17 @@ class FID(Metric):
     """
 
     name = "fid"
+    kinds = TEXT_KINDS
 
     def __init__(self, max_samples: int = 10_000, reference_part: str = "test") -> None:
         super().__init__(max_samples=max_samples, reference_part=reference_part)
         self.max_samples = max_samples
         self.reference_part = reference_part
 
-    kinds = TEXT_KINDS
-
     def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
-        synthetic = shuffled_subset(
-            ctx.release_texts(artifact, self.name, minimum=2), self.max_samples, ctx.seed
+        synthetic, real = ctx.compared_sets(
+            artifact, self.name, self.reference_part, self.max_samples
         )
-        real = shuffled_subset(ctx.split.texts(self.reference_part), self.max_samples, ctx.seed)
         self.record(featurizer=ctx.profile.embedder().name)
         value = fid_from_features(ctx.embed(synthetic), ctx.embed(real))
         return {"fid": value, "n_synthetic": float(len(synthetic)), "n_real": float(len(real))}

@@ -14,7 +14,6 @@ import numpy as np
 
 from benchmark.artifact import Artifact
 from benchmark.evaluation.base import TEXT_KINDS, EvalContext, Metric
-from benchmark.evaluation.sampling import shuffled_subset
 
 
 def mauve_from_features(
@@ -55,6 +54,7 @@ class MAUVE(Metric):
     """
 
     name = "mauve"
+    kinds = TEXT_KINDS
 
     def __init__(
         self,
@@ -81,13 +81,10 @@ class MAUVE(Metric):
         self.max_samples = max_samples
         self.reference_part = reference_part
 
-    kinds = TEXT_KINDS
-
     def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
-        synthetic = shuffled_subset(
-            ctx.release_texts(artifact, self.name, minimum=2), self.max_samples, ctx.seed
+        synthetic, real = ctx.compared_sets(
+            artifact, self.name, self.reference_part, self.max_samples
         )
-        real = shuffled_subset(ctx.split.texts(self.reference_part), self.max_samples, ctx.seed)
         self.record(featurizer=ctx.profile.embedder().name, mauve_text=version("mauve-text"))
         scores = mauve_from_features(
             ctx.embed(real), ctx.embed(synthetic), seed=ctx.seed, **self.mauve_settings

@@ -143,14 +143,13 @@ class DistanceToClosestRecord(Metric):
     """AUC of telling members from non-members by embedding distance to the released texts."""
 
     name = "dcr"
+    kinds = TEXT_KINDS
 
     def __init__(
         self, n_samples: int = 500, nonmember_parts: tuple[str, ...] | list[str] = NONMEMBER_PARTS
     ) -> None:
         super().__init__(n_samples=n_samples, nonmember_parts=list(nonmember_parts))
         self.n_samples, self.nonmember_parts = n_samples, tuple(nonmember_parts)
-
-    kinds = TEXT_KINDS
 
     def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
         members, nonmembers = audit_samples(

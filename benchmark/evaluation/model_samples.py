@@ -20,6 +20,7 @@ import torch
 
 from benchmark.evaluation.downstream import encode, model_device
 from benchmark.profiles.seeding import seeded
+from benchmark.progress import progress
 
 
 def start_tokens(tokenizer: Any, prompts: list[str], n: int, seed: int) -> list[int]:
@@ -50,7 +51,7 @@ def sample_texts(
     was_training = model.training
     model.eval()
     with seeded(seed), torch.inference_mode():
-        for begin in range(0, n, batch_size):
+        for begin in progress(range(0, n, batch_size), f"sample {n} texts", unit="batch"):
             ids = torch.tensor(starts[begin : begin + batch_size], device=device).unsqueeze(1)
             out = model.generate(
                 input_ids=ids,

@@ -21,6 +21,7 @@ import torch
 
 from benchmark.profiles.base import Generator, SamplingParams
 from benchmark.profiles.seeding import seeded
+from benchmark.progress import progress
 
 
 def context_length(model: Any) -> int:
@@ -120,7 +121,8 @@ class HFGenerator(Generator):
         self.model.eval()
         try:
             with torch.no_grad(), seeded(params.seed):
-                for start in range(0, len(order), self.batch_size):
+                starts = range(0, len(order), self.batch_size)
+                for start in progress(starts, f"generate {len(rows)}", unit="batch"):
                     chunk = order[start : start + self.batch_size]
                     ids, mask = self.left_pad([rows[i] for i in chunk])
                     seqs = self.model.generate(
