@@ -16,18 +16,37 @@ from benchmark.evaluation.stats import summarize
 from leaderboard.schema import ENTRY_SCHEMA_VERSION, EntryError, validate_entry
 
 AUDIT_PREFIXES = ("mia.", "dcr.")
-METRIC_DEFINITIONS_VERSION = 1  # bump when a metric's definition changes
+# Bump when a metric's definition changes. 2: text metrics also score model releases (on
+# texts sampled from the released model).
+METRIC_DEFINITIONS_VERSION = 2
 
 
-def leaderboard_version(split_hashes: Sequence[str], metric_specs: Sequence[dict]) -> str:
-    """A version is fixed by its split versions and metric definitions."""
-    payload = {
+def version_definition(
+    split_hashes: Sequence[str],
+    metric_specs: Sequence[dict],
+    downstream: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What fixes a leaderboard version: its split versions and metric definitions (the
+    metrics, their settings, the downstream protocol they share, the code's definitions)."""
+    return {
         "splits": sorted(split_hashes),
         "metrics": sorted(json.dumps(m, sort_keys=True) for m in metric_specs),
+        "downstream": downstream or {},
         "metric_definitions": METRIC_DEFINITIONS_VERSION,
     }
-    digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def version_of(definition: dict[str, Any]) -> str:
+    digest = hashlib.sha256(json.dumps(definition, sort_keys=True).encode()).hexdigest()
     return f"lb-{digest[:10]}"
+
+
+def leaderboard_version(
+    split_hashes: Sequence[str],
+    metric_specs: Sequence[dict],
+    downstream: dict[str, Any] | None = None,
+) -> str:
+    return version_of(version_definition(split_hashes, metric_specs, downstream))
 
 
 def integrity_digest(entry: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ import math
 import os
 import sqlite3
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +73,34 @@ def manifest_hashes(root: Path) -> dict[str, str]:
     return hashes
 
 
+VERSION_FILE = "_version.json"
+
+
+def write_version(root: Path, definition: dict[str, Any]) -> str:
+    """Describe a version once (its definition and when it was started); returns its name."""
+    from datetime import datetime
+
+    from leaderboard.entries import version_of
+
+    name = version_of(definition)
+    path = root / name / VERSION_FILE
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        started = datetime.now(UTC).isoformat(timespec="seconds")
+        path.write_text(json.dumps({**definition, "started": started}, indent=1) + "\n")
+    return name
+
+
 def versions(root: Path) -> list[str]:
-    return sorted(p.name for p in root.glob("lb-*") if p.is_dir())
+    """Leaderboard versions, oldest first (by when each was started; undescribed ones,
+    from before versions were described, count as oldest)."""
+
+    def started(directory: Path) -> str:
+        path = directory / VERSION_FILE
+        return json.loads(path.read_text())["started"] if path.exists() else ""
+
+    dirs = [p for p in root.glob("lb-*") if p.is_dir()]
+    return [p.name for p in sorted(dirs, key=lambda p: (started(p), p.name))]
 
 
 @dataclass(frozen=True)

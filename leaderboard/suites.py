@@ -16,8 +16,8 @@ from typing import Any
 
 from benchmark.data import FederatedSplit
 from benchmark.spec import RunSpec, spec_from_dict
-from leaderboard.entries import build_entry, entry_key, leaderboard_version
-from leaderboard.store import write_entry, write_manifest
+from leaderboard.entries import build_entry, entry_key, version_definition
+from leaderboard.store import write_entry, write_manifest, write_version
 
 PUBLISHED_METHODS = (
     "public_only",
@@ -49,6 +49,7 @@ class Suite:
     metrics: tuple[dict[str, Any], ...] = STANDARD_METRICS
     methods: tuple[str, ...] = PUBLISHED_METHODS
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    downstream: dict[str, Any] = field(default_factory=dict)
 
     def budgets(self, method: str) -> tuple[float, ...]:
         return (BOUND_EPSILONS[method],) if method in BOUND_EPSILONS else self.epsilons
@@ -59,7 +60,7 @@ class Suite:
                 "split": {"path": str(split_path)},
                 "method": {"name": method, "params": self.method_params.get(method, {})},
                 "privacy": {"epsilon": epsilon, "delta": self.delta},
-                "evaluation": {"metrics": list(self.metrics)},
+                "evaluation": {"metrics": list(self.metrics), "downstream": self.downstream},
                 "seed": seed,
                 "profile": self.profile,
             }
@@ -68,7 +69,9 @@ class Suite:
 
 # The quickstart must finish in ~20 min on 2 CPU cores: the cpu on-device LM's 50k-token
 # output layer costs ~3 CPU-s per 32×64-token step, so the quick suite keeps 2 spans per
-# chapter, 400 public spans, one non-private epoch and 200-sample audits.
+# chapter, 400 public spans, one non-private epoch and 200-sample audits. Every release is
+# scored on 64 texts (the cpu text releases' size; 64 samples from a released model), since
+# FID depends on the sample size.
 QUICK_METRICS = (
     {"name": "next_token", "settings": {}},
     {"name": "fid", "settings": {}},
@@ -87,6 +90,7 @@ SUITES = {
         seeds=(0,),
         metrics=QUICK_METRICS,
         method_params={"nonprivate": {"epochs": 1}},
+        downstream={"model_samples": 64},
     ),
     "tiny": Suite(
         name="tiny",
@@ -97,6 +101,7 @@ SUITES = {
         delta=3e-6,
         seeds=(0,),
         metrics=QUICK_METRICS,
+        downstream={"model_samples": 16},
     ),
 }
 
@@ -138,7 +143,8 @@ def run_suite(
 
     split_path = ensure_split(suite, splits_root)
     split: FederatedSplit = load_split(split_path)
-    lb_version = leaderboard_version([split.content_hash], suite.metrics)
+    definition = version_definition([split.content_hash], suite.metrics, suite.downstream)
+    lb_version = write_version(results_root, definition)
     write_manifest(results_root, lb_version, split.name, split.manifest)
     grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for method in methods or suite.methods:

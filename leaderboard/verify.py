@@ -1,15 +1,18 @@
-"""``leaderboard verify``: every entry's schema, integrity, ε from its ledgers, and split hash."""
+"""``leaderboard verify``: every entry's schema, integrity, ε from its ledgers, and split hash;
+every version's stored definition against its name."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
 
 from benchmark.privacy.accountants import epsilon_from_ledger
 from benchmark.privacy.ledger import PrivacyLedger
+from leaderboard.entries import version_of
 from leaderboard.schema import EntryError
-from leaderboard.store import entry_files, read_entry
+from leaderboard.store import VERSION_FILE, entry_files, read_entry
 
 EPSILON_TOLERANCE = 1e-6
 
@@ -51,6 +54,10 @@ def check_entry(entry: dict[str, Any], split_hashes: dict[str, str] | None = Non
 def verify_tree(root: Path, split_hashes: dict[str, str] | None = None) -> list[tuple[Path, str]]:
     """(path, problem) for every entry under ``root`` that fails; empty when all pass."""
     problems = []
+    for path in root.glob(f"lb-*/{VERSION_FILE}"):
+        definition = {k: v for k, v in json.loads(path.read_text()).items() if k != "started"}
+        if version_of(definition) != path.parent.name:
+            problems.append((path, f"the version definition hashes to {version_of(definition)}"))
     for path in entry_files(root):
         try:
             check_entry(read_entry(path), split_hashes)

@@ -172,7 +172,8 @@ _PAPER = {
 # steps per round to move the policy (8e-7 is tuned for thousands of steps on LLaMA-3-8B).
 # Measured on 2 shared cores: SmolLM2 takes 5-15 s per sample (a 3-shot prompt is ~240
 # tokens; decoding is bound by reading the fp32 weights) and 10-25 s per pair and DPO epoch,
-# so cpu keeps one round of K·J = 16, 4 FID samples per checkpoint and 32 released samples.
+# so cpu keeps one round of K·J = 16, 4 FID samples per checkpoint and 64 released samples
+# (as many as the other cpu text releases).
 _CPU = {
     **_PAPER,
     "rounds": 1,
@@ -186,7 +187,7 @@ _CPU = {
     "grad_accum_steps": 1,
     "fid_samples": 4,
     "fid_validation_max": 500,
-    "num_synthetic": 32,
+    "num_synthetic": 64,
     "generate_batch_size": 16,
 }
 _TINY = {

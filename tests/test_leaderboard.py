@@ -11,9 +11,17 @@ from doubles import StubProfile, make_split
 from benchmark.cli.main import cli
 from benchmark.runner import run
 from benchmark.spec import spec_from_dict
-from leaderboard.entries import build_entry, leaderboard_version
+from leaderboard.entries import build_entry, leaderboard_version, version_definition
 from leaderboard.schema import EntryError
-from leaderboard.store import entry_files, query, read_entry, write_entry, write_manifest
+from leaderboard.store import (
+    entry_files,
+    query,
+    read_entry,
+    versions,
+    write_entry,
+    write_manifest,
+    write_version,
+)
 from leaderboard.tables import build_table, render_text
 from leaderboard.verify import verify_tree
 
@@ -65,6 +73,31 @@ def test_entry_summarises_seeds(store):
     assert summary["n"] == 3 and summary["values"] == [0.5, 0.51, 0.52]
     assert summary["ci_low"] < summary["mean"] < summary["ci_high"]
     assert rows[0].entry["spec"]["seeds"] == [0, 1, 2]
+
+
+def test_a_new_split_or_metric_definition_starts_a_new_version():
+    base = leaderboard_version(["abc"], [{"name": "toy"}])
+    assert base == leaderboard_version(["abc"], [{"name": "toy"}], {})
+    changed = [
+        leaderboard_version(["abd"], [{"name": "toy"}]),
+        leaderboard_version(["abc"], [{"name": "toy", "settings": {"n": 2}}]),
+        leaderboard_version(["abc"], [{"name": "toy"}], {"model_samples": 64}),
+    ]
+    assert len({base, *changed}) == 4
+
+
+def test_newest_version_is_shown_and_old_versions_stay_browsable(store, tmp_path):
+    old = query(store)[0].leaderboard_version  # undescribed: from before versions were
+    newer = write_version(store, version_definition(["abc"], [{"name": "newer"}]))
+    write_entry(store, build_entry(fake_records(tmp_path, 2.0, seeds=(0,)), newer))
+    assert versions(store) == [old, newer]
+    assert [r.leaderboard_version for r in query(store)] == [newer]
+    assert len(query(store, version=old)) == 2
+    assert verify_tree(store) == []
+    definition = store / newer / "_version.json"
+    definition.write_text(definition.read_text().replace("newer", "edited"))
+    [(path, problem)] = verify_tree(store)
+    assert path == definition and "hashes to" in problem
 
 
 def test_verify_passes_then_rejects_tampered_copies(store):

@@ -1,5 +1,6 @@
 """Every published adapter runs on the KJV split (tiny profile) through the real suite path,
-and each entry's ε is the accountant's ε of its own ledger, within its budget."""
+each entry's ε is the accountant's ε of its own ledger, within its budget, and every
+release (texts or model) gets next-token accuracy and FID."""
 
 import dataclasses
 import math
@@ -14,7 +15,8 @@ from leaderboard.suites import PUBLISHED_METHODS, SUITES, run_suite
 @pytest.fixture(scope="module")
 def entries(tmp_path_factory):
     root = tmp_path_factory.mktemp("suite")
-    suite = dataclasses.replace(SUITES["tiny"], metrics=({"name": "next_token", "settings": {}},))
+    metrics = ({"name": "next_token", "settings": {}}, {"name": "fid", "settings": {}})
+    suite = dataclasses.replace(SUITES["tiny"], metrics=metrics)
     return {
         e["method"]["name"]: e
         for e in run_suite(
@@ -45,4 +47,6 @@ def test_adapter_runs_on_kjv_and_its_epsilon_is_the_ledgers(entries, method):
     else:  # DP methods spend (almost all of) their budget through harness releases
         assert 0.9 * budget <= recomputed and all(r["noise_multiplier"] > 0 for r in ledger)
     assert 0 < entry["metrics"]["next_token.top1"]["mean"] < 1
+    # model releases are scored on texts sampled from the released model
+    assert math.isfinite(entry["metrics"]["fid.fid"]["mean"])
     assert entry["contamination"]["verdict"] == "contaminated"  # KJV is a demo corpus

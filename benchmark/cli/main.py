@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 import click
 
@@ -44,6 +45,7 @@ def quiet_libraries() -> None:
     notice on every GPT-2 load) would bury them."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read by transformers too
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
 
 
 cli.add_command(run_command)
