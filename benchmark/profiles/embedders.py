@@ -12,6 +12,9 @@ from typing import Any
 import numpy as np
 
 from benchmark.profiles.base import Embedder
+from benchmark.progress import progress
+
+EMBED_CHUNK = 4096
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -72,11 +75,17 @@ class SentenceTransformerEmbedder(Embedder):
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vectors = self.model.encode(
-            list(texts),
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-        return np.asarray(vectors, dtype=np.float32)
+        texts = list(texts)
+        chunk = EMBED_CHUNK  # progress granularity; sentence-transformers sorts within a chunk
+        starts = range(0, len(texts), chunk)
+        vectors = [
+            self.model.encode(
+                texts[start : start + chunk],
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+            for start in progress(starts, f"embed {len(texts)} texts", unit="chunk")
+        ]
+        return np.concatenate(vectors).astype(np.float32, copy=False)
