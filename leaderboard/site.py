@@ -10,7 +10,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from leaderboard.store import Row
+from leaderboard.store import Row, query, versions
 from leaderboard.tables import BOUND_METHODS, DEFAULT_METRIC, LOWER_IS_BETTER, format_epsilon
 
 SORT_JS = """
@@ -132,32 +132,59 @@ def _plot(split: str, rows: Sequence[Row], metric: str) -> str:
     return f'<svg class="plot" width="{w + 80}" height="{h}" data-split="{html.escape(split)}">{"".join(parts)}</svg>'
 
 
-def write_site(
-    rows: Sequence[Row], results_root: Path, out_dir: Path, metric: str = DEFAULT_METRIC
-) -> Path:
-    """Write ``index.html`` and a copy of every linked entry under ``out_dir``."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    links = {}
-    for row in rows:
-        target = out_dir / "records" / row.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(results_root / row.path, target)
-        links[row.path] = f"records/{row.path}"
-    splits = sorted({r.split for r in rows})
+def _page(rows: Sequence[Row], version: str, links: dict[str, str], nav: str, metric: str) -> str:
     direction = "lower" if metric in LOWER_IS_BETTER else "higher"
     sections = []
-    for split in splits:
+    for split in sorted({r.split for r in rows}):
         split_rows = [r for r in rows if r.split == split]
         sections.append(_table(split, split_rows, links) + _plot(split, split_rows, metric))
-    version = rows[0].leaderboard_version if rows else "none"
-    page = (
+    return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>fedsynth leaderboard {version}</title>"
-        f"<style>{STYLE}</style></head><body><h1>fedsynth leaderboard</h1>"
+        f"<style>{STYLE}</style></head><body><h1>fedsynth leaderboard</h1>{nav}"
         f"<p>Version {html.escape(version)}; plots show {html.escape(metric)} ({direction} is better) "
         f"against ε. ε is recomputed by the harness from each run's ledger. Click a column to sort.</p>"
         + ("".join(sections) or "<p>No entries yet.</p>")
         + f"<script>{SORT_JS}</script></body></html>"
     )
-    (out_dir / "index.html").write_text(page)
-    (out_dir / "entries.json").write_text(json.dumps([r.entry for r in rows], indent=1))
+
+
+def _nav(all_versions: Sequence[str], current: str, prefix: str) -> str:
+    """Links to every version's page, newest first; the shown one is not a link."""
+    items = [
+        f"<b>{html.escape(v)}</b>" if v == current else f'<a href="{prefix}{v}/index.html">{v}</a>'
+        for v in reversed(all_versions)
+    ]
+    return f'<p class="versions">Versions (newest first): {" · ".join(items)}</p>'
+
+
+def write_site(
+    results_root: Path, out_dir: Path, metric: str = DEFAULT_METRIC, shown: str | None = None
+) -> Path:
+    """One page per leaderboard version (``<version>/index.html``, with copies of its
+    entries) and ``index.html`` showing ``shown`` (default: the newest); every page links
+    to every version, so old versions stay browsable."""
+    all_versions = versions(results_root)
+    shown = shown or (all_versions[-1] if all_versions else "none")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for version in all_versions:
+        rows = query(results_root, version=version)
+        links = {}
+        for row in rows:
+            target = out_dir / version / "records" / row.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(results_root / row.path, target)
+            links[row.path] = f"records/{row.path}"
+        page = _page(rows, version, links, _nav(all_versions, version, "../"), metric)
+        (out_dir / version / "index.html").write_text(page)
+        (out_dir / version / "entries.json").write_text(
+            json.dumps([r.entry for r in rows], indent=1)
+        )
+        if version == shown:
+            root_links = {k: f"{version}/{v}" for k, v in links.items()}
+            index = _page(rows, version, root_links, _nav(all_versions, version, ""), metric)
+            (out_dir / "index.html").write_text(index)
+    if shown not in all_versions:
+        (out_dir / "index.html").write_text(
+            _page([], shown, {}, _nav(all_versions, shown, ""), metric)
+        )
     return out_dir / "index.html"

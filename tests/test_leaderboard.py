@@ -176,6 +176,9 @@ def chromium_driver():
 def test_site_renders_and_sorts_in_headless_chromium(store, tmp_path):
     from selenium.webdriver.common.by import By
 
+    old = query(store)[0].leaderboard_version
+    newer = write_version(store, version_definition(["abc"], [{"name": "newer"}]))
+    write_entry(store, build_entry(fake_records(tmp_path, 2.0, seeds=(0,)), newer))
     site = tmp_path / "site"
     result = CliRunner().invoke(
         cli,
@@ -184,7 +187,11 @@ def test_site_renders_and_sorts_in_headless_chromium(store, tmp_path):
     assert result.exit_code == 0, result.output
     driver = chromium_driver()
     try:
-        driver.get((site / "index.html").as_uri())
+        driver.get((site / "index.html").as_uri())  # the newest version, one entry
+        assert newer in driver.title
+        assert len(driver.find_elements(By.CSS_SELECTOR, "table.sortable tbody tr")) == 1
+        driver.find_element(By.LINK_TEXT, old).click()  # an old version stays browsable
+        assert old in driver.title
         table = driver.find_element(By.CSS_SELECTOR, "table.sortable[data-split=toy]")
         rows = table.find_elements(By.CSS_SELECTOR, "tbody tr")
         assert len(rows) == 2

@@ -72,13 +72,13 @@ def show(
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True)
 @click.option("--metric", default="next_token.top1", show_default=True, help="Metric of the plots.")
 def site(results_dir: str, version: str | None, out_dir: str, metric: str) -> None:
-    """Write the static site: sortable tables per split, ε plots, linked entries."""
+    """Write the static site: sortable tables per split, ε plots, linked entries; one page
+    per leaderboard version, the index showing --version (default: the newest)."""
     from leaderboard.site import write_site
-    from leaderboard.store import query
+    from leaderboard.store import versions
 
-    rows = query(Path(results_dir), version=version)
-    index = write_site(rows, Path(results_dir), Path(out_dir), metric)
-    click.echo(f"wrote {index} ({len(rows)} entries)")
+    index = write_site(Path(results_dir), Path(out_dir), metric, shown=version)
+    click.echo(f"wrote {index} ({len(versions(Path(results_dir)))} versions)")
 
 
 @leaderboard_group.command("serve")

@@ -76,7 +76,7 @@ def quickstart(results: str, runs: str, splits: str, suite_name: str, site_dir: 
     rows = query(Path(results), version=version)
     for split in sorted({r.split for r in rows}):
         click.echo(render_text(build_table(rows, split), ("*", "*")))
-    index = write_site(rows, Path(results), Path(site_dir))
+    index = write_site(Path(results), Path(site_dir), shown=version)
     click.echo(f"site: {index}")
     click.echo(f"quickstart finished in {time.perf_counter() - began:.0f} s")
 
