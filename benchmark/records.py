@@ -66,6 +66,7 @@ def build_record(
             "unit": spec.privacy.unit,
             "accountant": spec.privacy.accountant,
             "guarantee": spec.privacy.guarantee,
+            "noise_seed": spec.privacy.noise_seed,
             "ledger": ledger.to_json(),
         },
         "metrics": metrics,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from benchmark.spec import ResolvedSpec, RunSpec, SpecError
 CHECKPOINT = "checkpoint.pt"
 ARTIFACT = "artifact.json"
 RESULT = "result.json"
+POOL_SEED = "pool_seed.secret"
 
 
 class RunInterrupted(RuntimeError):
@@ -93,6 +95,21 @@ def check_budget(ledger: PrivacyLedger, spec: RunSpec) -> float:
     return eps
 
 
+def pool_seed(spec: RunSpec, run_dir: Path) -> int:
+    """Seed of the pool's private randomness (noise, sampling, cohorts): the spec's seed when
+    ``privacy.noise_seed`` is ``spec``; otherwise a secret 128-bit seed drawn once per run and
+    kept in the run directory (private state, like the checkpoint), so a resumed run draws
+    the same noise and no published record can regenerate it."""
+    if spec.privacy.noise_seed == "spec":
+        return spec.seed
+    path = run_dir / POOL_SEED
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(str(secrets.randbits(128)))
+        os.replace(tmp, path)
+    return int(path.read_text())
+
+
 def _seed_torch(seed: int, round_index: int) -> None:
     torch.manual_seed(seed * 1_000_003 + round_index + 1)
 
@@ -133,7 +150,7 @@ def run(
     pool = ClientPool(
         privacy_units(split, spec.privacy.unit),
         ledger=ledger,
-        seed=spec.seed,
+        seed=pool_seed(spec, run_dir),
         unit=spec.privacy.unit,
         allow_nonprivate=math.isinf(spec.privacy.epsilon),
     )

@@ -21,6 +21,7 @@ from benchmark.privacy.accountants import ACCOUNTANTS
 
 PRIVACY_UNITS = ("user", "sample", "central")
 GUARANTEES = ("formal", "simulated")
+NOISE_SEEDS = ("secret", "spec")
 PROFILES = ("tiny", "cpu", "paper")
 
 
@@ -44,13 +45,21 @@ class MethodSpec:
 
 @dataclass(frozen=True)
 class PrivacySpec:
-    """The budget; ``epsilon=inf`` is the non-private bound, ``epsilon=0`` uses no private data."""
+    """The budget; ``epsilon=inf`` is the non-private bound, ``epsilon=0`` uses no private data.
+
+    ``noise_seed`` is where the harness's private randomness (DP noise, client sampling,
+    cohorts) comes from: ``secret`` (default) draws a fresh seed per run and keeps it only in
+    the run directory, so nobody can regenerate the noise from a published record; ``spec``
+    derives it from the spec's seed, which makes a run bit-reproducible from its spec but
+    lets anyone holding the record subtract the noise, so it requires ``guarantee: simulated``.
+    """
 
     epsilon: float
     delta: float
     unit: str = "user"
     accountant: str = "rdp"
     guarantee: str = "formal"
+    noise_seed: str = "secret"
 
 
 @dataclass(frozen=True)
@@ -124,9 +133,16 @@ def spec_from_dict(data: dict[str, Any]) -> RunSpec:
     privacy = _fields(
         "privacy",
         data["privacy"],
-        ("epsilon", "delta", "unit", "accountant", "guarantee"),
+        ("epsilon", "delta", "unit", "accountant", "guarantee", "noise_seed"),
         ("epsilon", "delta"),
     )
+    guarantee = _choice("privacy.guarantee", privacy.get("guarantee", "formal"), GUARANTEES)
+    noise_seed = _choice("privacy.noise_seed", privacy.get("noise_seed", "secret"), NOISE_SEEDS)
+    if noise_seed == "spec" and guarantee == "formal":
+        raise SpecError(
+            "privacy.noise_seed: 'spec' makes the DP noise reproducible from the published spec, "
+            "so the guarantee cannot be formal; set privacy.guarantee: simulated"
+        )
     evaluation = _fields("evaluation", data.get("evaluation", {}), ("metrics", "downstream"), ())
     downstream = evaluation.get("downstream", {})
     if not isinstance(downstream, dict):
@@ -148,7 +164,8 @@ def spec_from_dict(data: dict[str, Any]) -> RunSpec:
             delta=_number("privacy.delta", privacy["delta"], 0.0, 1.0),
             unit=_choice("privacy.unit", privacy.get("unit", "user"), PRIVACY_UNITS),
             accountant=_choice("privacy.accountant", privacy.get("accountant", "rdp"), ACCOUNTANTS),
-            guarantee=_choice("privacy.guarantee", privacy.get("guarantee", "formal"), GUARANTEES),
+            guarantee=guarantee,
+            noise_seed=noise_seed,
         ),
         evaluation=EvalSpec(tuple(metrics), dict(downstream)),
         seed=seed,

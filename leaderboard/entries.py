@@ -104,6 +104,7 @@ def build_entry(run_records: Sequence[dict[str, Any]], lb_version: str) -> dict[
         "privacy": {
             **{k: first["privacy"][k] for k in ("epsilon_budget", "delta", "unit", "accountant")},
             "guarantee": first["privacy"]["guarantee"],
+            "noise_seed": first["privacy"].get("noise_seed", "spec"),  # older records: spec
             "epsilon": "inf" if eps == float("inf") else eps,
             "ledgers": [r["privacy"]["ledger"] for r in run_records],
         },

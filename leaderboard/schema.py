@@ -6,7 +6,7 @@ from typing import Any
 
 import jsonschema
 
-from benchmark.spec import ACCOUNTANTS, GUARANTEES, PRIVACY_UNITS
+from benchmark.spec import ACCOUNTANTS, GUARANTEES, NOISE_SEEDS, PRIVACY_UNITS
 
 ENTRY_SCHEMA_VERSION = 1
 
@@ -85,6 +85,7 @@ ENTRY_SCHEMA: dict[str, Any] = {
                 "unit": {"enum": list(PRIVACY_UNITS)},
                 "accountant": {"enum": list(ACCOUNTANTS)},
                 "guarantee": {"enum": list(GUARANTEES)},
+                "noise_seed": {"enum": list(NOISE_SEEDS)},
                 "ledgers": {"type": "array", "items": {"type": "array"}, "minItems": 1},
             },
         },

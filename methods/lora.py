@@ -3,6 +3,8 @@ layer, no dropout; rank and alpha come from each adapter's config)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -16,3 +18,16 @@ def lora_config(rank: int, alpha: int) -> Any:
         target_modules="all-linear",
         task_type="CAUSAL_LM",
     )
+
+
+@contextmanager
+def trainable_flags_kept(model: Any) -> Iterator[None]:
+    """Restore every parameter's ``requires_grad`` on exit: peft freezes the base model when
+    it adds an adapter and ``unload()`` does not unfreeze it, which would leave the profile's
+    shared generator untrainable for the next method."""
+    flags = {name: p.requires_grad for name, p in model.named_parameters()}
+    try:
+        yield
+    finally:
+        for name, param in model.named_parameters():
+            param.requires_grad_(flags[name])

@@ -19,7 +19,9 @@ POPri's DPO step. Steps:
    LLM fine-tuning); ``lora_r = 0`` (``tiny``): full fine-tune of the tiny generator.
    AdamW with a cosine schedule, gradient-norm clipping at 1.
 4. Generate ``generate_size`` samples from the fine-tuned LLM with fresh prompts of three
-   random public texts (as POPri generates its final set), temperature and top-p 1.0.
+   random public texts (as POPri generates its final set), temperature and top-p 1.0, at
+   most ``generate_max_new_tokens`` tokens each (64 in ``paper``: paper 000 §5 sets the
+   maximum sequence length to 64).
    Everything after step 1 is post-processing of the noisy releases.
 
 Choices paper 000 leaves open: the prompt of the SFT examples (above), ``sft_top_k`` (1,800:
@@ -48,7 +50,7 @@ from benchmark.method import MethodContext
 from benchmark.profiles.base import Generator, SamplingParams
 from benchmark.profiles.hf_generator import context_length
 from benchmark.profiles.seeding import seeded
-from methods.lora import lora_config
+from methods.lora import lora_config, trainable_flags_kept
 from methods.private_evolution import (
     PE_CPU,
     PE_PAPER,
@@ -142,29 +144,27 @@ def fine_tuned(
 ) -> Iterator[Generator]:
     """The generator SFT-ed on ``pairs`` inside the block; restored on exit."""
     base = generator.model
-    trainable = {name: p.requires_grad for name, p in base.named_parameters()}
-    if config.lora_r > 0:
-        from peft import get_peft_model
+    with trainable_flags_kept(base):
+        if config.lora_r > 0:
+            from peft import get_peft_model
 
-        with seeded(seed):  # the adapters' random initialisation
-            model = get_peft_model(base, lora_config(config.lora_r, config.lora_alpha))
-        snapshot = None
-    else:
-        model = base
-        snapshot = {k: v.detach().clone() for k, v in base.state_dict().items()}
-    try:
-        with seeded(seed):  # dropout
-            train_completions(model, generator.tokenizer, pairs, config, seed)
-        generator.model = model
-        yield generator
-    finally:
-        generator.model = base
-        if snapshot is None:
-            model.unload()
+            with seeded(seed):  # the adapters' random initialisation
+                model = get_peft_model(base, lora_config(config.lora_r, config.lora_alpha))
+            snapshot = None
         else:
-            base.load_state_dict(snapshot)
-        for name, p in base.named_parameters():
-            p.requires_grad_(trainable[name])
+            model = base
+            snapshot = {k: v.detach().clone() for k, v in base.state_dict().items()}
+        try:
+            with seeded(seed):  # dropout
+                train_completions(model, generator.tokenizer, pairs, config, seed)
+            generator.model = model
+            yield generator
+        finally:
+            generator.model = base
+            if snapshot is None:
+                model.unload()
+            else:
+                base.load_state_dict(snapshot)
 
 
 def _public_prompts(pool: list[str], n: int, rng: np.random.Generator) -> list[str]:
@@ -196,7 +196,7 @@ class PESFT(PrivateEvolution):
             "population_size": 1800,
             **_SFT_PAPER,
             "generate_size": 1_000_000,
-            "generate_max_new_tokens": 85,
+            "generate_max_new_tokens": 64,
             "generate_batch_size": 256,
         },
         "cpu": {

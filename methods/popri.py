@@ -21,7 +21,8 @@ One harness round = one iteration ``t`` of paper 000 Algorithm 1 = one DP releas
 - l. 27 — DPO (trl ``DPOTrainer``, sigmoid loss, β = ``dpo_beta``) with LoRA (peft, rank
   ``lora_r``, α = ``lora_alpha``, every linear projection) on the K pairs, ``epochs`` epochs,
   AdamW with a cosine schedule from ``lr`` down to ``min_lr``. The reference policy Ψ_ref
-  is the public checkpoint (the LoRA adapter disabled), as in paper 000 §3.1.
+  is the public checkpoint (the LoRA adapter disabled) in every round, as in paper 000 §3.1,
+  not the round's starting policy Ψ_t (trl's default for an adapter it did not create).
 - App. B.1 — checkpoint selection: after each DPO epoch, ``fid_samples`` fresh samples are
   generated (same prompts and seed for every checkpoint of a round) and their FID against
   the validation texts is computed in Γ's space (:mod:`benchmark.evaluation.fid`); the best
@@ -90,7 +91,7 @@ from benchmark.evaluation.sampling import shuffled_subset
 from benchmark.method import Method, MethodContext
 from benchmark.profiles.base import Generator, SamplingParams
 from benchmark.profiles.hf_generator import context_length
-from methods.lora import lora_config
+from methods.lora import lora_config, trainable_flags_kept
 from methods.popri_scoring import SimilarityScorer, preference_indices
 from methods.private_evolution import eligible_public, expand, few_shot_prompt, parse_generated
 
@@ -277,22 +278,24 @@ def lora_policy(
 ) -> Iterator[Any]:
     """The generator's model with a LoRA adapter (weights ``adapter``, or fresh) injected in
     place; yields the peft model. On exit the adapter is unloaded and the base model's
-    mode and cache setting restored, so the profile's cached generator is left unchanged."""
+    mode, cache setting and ``requires_grad`` flags (peft freezes the base) restored, so the
+    profile's cached generator is left unchanged."""
     from peft import get_peft_model, set_peft_model_state_dict
 
     base = generator.model
     use_cache = getattr(base.config, "use_cache", None)
-    model = get_peft_model(base, lora_config(config.lora_r, config.lora_alpha))
-    try:
-        if adapter is not None:
-            set_peft_model_state_dict(model, adapter)
-        yield model
-    finally:
-        model.unload()
-        generator.model = base
-        base.eval()
-        if use_cache is not None:
-            base.config.use_cache = use_cache
+    with trainable_flags_kept(base):
+        model = get_peft_model(base, lora_config(config.lora_r, config.lora_alpha))
+        try:
+            if adapter is not None:
+                set_peft_model_state_dict(model, adapter)
+            yield model
+        finally:
+            model.unload()
+            generator.model = base
+            base.eval()
+            if use_cache is not None:
+                base.config.use_cache = use_cache
 
 
 @contextmanager
@@ -390,6 +393,11 @@ def train_dpo(
             processing_class=tokenizer,
             callbacks=[EpochSnapshots()],
         )
+    # Given a PeftModel and no ref_model, trl copies the current adapter into a frozen "ref"
+    # adapter and scores the reference with it: from round 2 on that is Ψ_t, not Ψ_ref. With
+    # no "ref" adapter trl scores the reference with the adapters disabled: the public model.
+    if "ref" in model.peft_config:
+        model.delete_adapter("ref")
     trainer.remove_callback(PrinterCallback)  # one log line per round is noise in a run
     try:
         result = trainer.train()

@@ -232,15 +232,13 @@ class VoteFunction:
     """Alg. 2 lines 8–13 on the clients (batched): one L2-normalised vote vector per client.
 
     Each client embeds its first ``cap`` samples once (client memo). The payload is the
-    public lookahead embeddings of the population. The mean nearest-neighbour distance of
-    the private samples is not private; it is kept in ``self.mean_distance`` for the
-    quarantined diagnostics only.
+    public lookahead embeddings of the population. Nothing but the returned vote rows leaves
+    the client (no state is kept on this object, which server code holds).
     """
 
     def __init__(self, embedder: Embedder, cap: int) -> None:
         self.embedder = embedder
         self.cap = cap
-        self.mean_distance = math.nan
 
     def _embed(self, clients: list[ClientData]) -> np.ndarray:
         texts = [c.texts[: self.cap] for c in clients]
@@ -265,11 +263,10 @@ class VoteFunction:
         counts = batch.memo_rows(key + ":count", self._count)
         valid = np.arange(self.cap)[None, :] < counts[:, None]
         owner = np.broadcast_to(np.arange(len(counts))[:, None], valid.shape)[valid]
-        nearest, distance = nearest_neighbours(embeds[valid], synthetic)
+        nearest, _ = nearest_neighbours(embeds[valid], synthetic)
         votes = np.zeros((len(counts), len(synthetic)))
         np.add.at(votes, (owner, nearest), 1.0)
         norms = np.linalg.norm(votes, axis=1, keepdims=True)
-        self.mean_distance = float(distance.mean()) if len(distance) else math.nan
         return votes / np.maximum(norms, 1e-12)
 
 
@@ -292,7 +289,6 @@ def dp_histogram(
         label=f"pe_histogram_round{round_index}",
         batched=True,
     )
-    ctx.diagnostics.write("pe_mean_nn_distance", votes.mean_distance, round_index)
     return aggregate.noisy_sum
 
 

@@ -26,6 +26,11 @@ def test_top_scoring_keeps_the_highest_scores_in_order():
     assert top_scoring(seeds, 10) == ["b", "d", "e", "a", "c"]
 
 
+def test_paper_config_uses_paper_000s_sequence_length():
+    paper = PESFT.configs["paper"]  # paper 000 §5: maximum sequence length 64
+    assert paper["sft_max_completion_tokens"] == paper["generate_max_new_tokens"] == 64
+
+
 @pytest.mark.parametrize("lora_r", [0, 4])
 def test_sft_fits_the_completions_and_restores_the_generator(tmp_path, lora_r):
     generator = make_context(tmp_path, epsilon=1.0).profile.generator()

@@ -7,12 +7,14 @@ import numpy as np
 import pytest
 import torch
 from model_methods_support import make_context, run_rounds, seed_round, torch_threads
+from peft import set_peft_model_state_dict
 
 from benchmark.privacy.accountants import epsilon, epsilon_from_ledger
 from benchmark.privacy.ledger import SUBSAMPLED_GAUSSIAN
 from methods.popri import (
     POPri,
     POPriConfig,
+    adapter_weights,
     lora_policy,
     merged,
     preference_pairs,
@@ -88,6 +90,7 @@ def test_dpo_prefers_the_chosen_samples_and_leaves_the_generator_unchanged(tmp_p
     ctx = make_context(tmp_path, epsilon=1.0)
     generator = ctx.profile.generator()
     before = snapshot(generator.model)
+    grads = {n: p.requires_grad for n, p in generator.model.named_parameters()}
     pairs = [
         {"prompt": PROMPTS[k], "chosen": CANDIDATES[k][0], "rejected": CANDIDATES[k][3]}
         for k in range(3)
@@ -113,7 +116,51 @@ def test_dpo_prefers_the_chosen_samples_and_leaves_the_generator_unchanged(tmp_p
     assert not torch.equal(*(s[next(k for k in s if "lora_B" in k)] for s in snapshots[:2]))
     assert np.all(trained > start + 1.0)  # DPO raised log p(chosen) - log p(rejected)
     assert all(torch.equal(before[k], v) for k, v in generator.model.state_dict().items())
+    assert {n: p.requires_grad for n, p in generator.model.named_parameters()} == grads
     np.testing.assert_allclose(margin(generator), start, atol=1e-4)
+
+
+def test_dpo_reference_is_the_public_model_not_the_loaded_adapter(tmp_path):
+    """From round 2 on the policy starts from the previous round's adapter; the DPO reference
+    Ψ_ref must still be the public checkpoint (paper 000 §3.1), not a copy of that adapter."""
+    ctx = make_context(tmp_path, epsilon=1.0)
+    generator = ctx.profile.generator()
+    config = POPriConfig.from_config(
+        {**POPri.configs["tiny"], "epochs": 1, "batch_size": 2, "grad_accum_steps": 1}
+    )
+    with lora_policy(generator, config, None) as fresh:  # a previous round's (non-zero) adapter
+        torch.manual_seed(0)
+        with torch.no_grad():
+            for name, param in fresh.named_parameters():
+                if "lora_B" in name:
+                    param.normal_(0.0, 0.05)
+        previous = adapter_weights(fresh)
+    pairs = [
+        {"prompt": PROMPTS[k], "chosen": CANDIDATES[k][0], "rejected": CANDIDATES[k][3]}
+        for k in range(2)
+    ]
+    reference_calls = []  # the trainer's forward passes without gradients are its reference
+
+    def record(module, args, kwargs, output):
+        if not torch.is_grad_enabled():
+            reference_calls.append((dict(kwargs), output.log_probs.clone()))
+
+    with torch_threads(1), lora_policy(generator, config, previous) as model:
+        handle = model.register_forward_hook(record, with_kwargs=True)
+        try:
+            train_dpo(model, generator.tokenizer, pairs, config, str(tmp_path), 0)
+        finally:
+            handle.remove()
+        assert reference_calls
+        set_peft_model_state_dict(model, previous)
+        with torch.no_grad():
+            for kwargs, reference in reference_calls:
+                with model.disable_adapter():
+                    public = model(**kwargs).log_probs
+                loaded = model(**kwargs).log_probs
+                torch.testing.assert_close(reference, public)
+                assert (reference - loaded).abs().max() > 1e-2
+        assert list(model.peft_config) == ["default"]  # no "ref" copy of the loaded adapter
 
 
 def test_popri_end_to_end_releases_texts_within_budget(tmp_path):

@@ -10,7 +10,7 @@ from doubles import StubProfile, make_split
 
 from benchmark.privacy.errors import BudgetExceededError
 from benchmark.runner import RunInterrupted, run
-from benchmark.spec import spec_from_dict
+from benchmark.spec import SpecError, spec_from_dict
 
 
 def spec(**overrides):
@@ -56,13 +56,48 @@ def test_noise_free_diagnostic_lands_only_in_quarantine(tmp_path):
     assert "SECRET" not in published and "private_diagnostics" not in published
 
 
-def test_killed_run_resumes_to_identical_result(tmp_path):
-    full = go(tmp_path / "a", spec())
+SEEDED = {"noise_seed": "spec", "guarantee": "simulated"}
+
+
+def noise(result):
+    """The noisy sums of every round (the artifact of ``test_noisy_rounds``)."""
+    return [row[:2] for row in json.loads(result.artifact.texts[0])]
+
+
+def test_noise_comes_from_a_secret_seed_kept_only_in_the_run_directory(tmp_path):
+    first, second = go(tmp_path / "a", spec()), go(tmp_path / "b", spec())
+    assert first.run_key == second.run_key and noise(first) != noise(second)
+    secret = (first.run_dir / "pool_seed.secret").read_text()
+    assert int(secret).bit_length() > 64
+    published = (first.run_dir / "result.json").read_text()
+    assert secret not in published and first.record["privacy"]["noise_seed"] == "secret"
+
+
+def test_spec_seeded_noise_is_reproducible_but_not_formal(tmp_path):
+    a, b = go(tmp_path / "a", spec(privacy=SEEDED)), go(tmp_path / "b", spec(privacy=SEEDED))
+    assert noise(a) == noise(b) and a.record["privacy"]["guarantee"] == "simulated"
+    with pytest.raises(SpecError, match="cannot be formal"):
+        spec(privacy={"noise_seed": "spec"})
+
+
+def test_killed_run_with_a_secret_seed_resumes_with_the_same_noise(tmp_path):
     with pytest.raises(RunInterrupted):
-        go(tmp_path / "b", spec(), stop_after_round=1)
+        go(tmp_path, spec(), stop_after_round=1)
+    [run_dir] = tmp_path.iterdir()
+    secret = (run_dir / "pool_seed.secret").read_text()
+    first_round = torch.load(run_dir / "checkpoint.pt", weights_only=False)["method_state"]
+    resumed = go(tmp_path, spec())
+    assert (run_dir / "pool_seed.secret").read_text() == secret
+    assert noise(resumed)[0] == first_round["history"][0][:2]
+
+
+def test_killed_run_resumes_to_identical_result(tmp_path):
+    full = go(tmp_path / "a", spec(privacy=SEEDED))
+    with pytest.raises(RunInterrupted):
+        go(tmp_path / "b", spec(privacy=SEEDED), stop_after_round=1)
     torch.manual_seed(12345)  # a fresh process would have arbitrary global RNG state
     np.random.seed(999)
-    resumed = go(tmp_path / "b", spec())
+    resumed = go(tmp_path / "b", spec(privacy=SEEDED))
     assert resumed.artifact.texts == full.artifact.texts
     assert resumed.record["privacy"] == full.record["privacy"]
     assert resumed.record["costs"]["participations"] == full.record["costs"]["participations"]

@@ -1,4 +1,11 @@
-"""Communication and compute counters kept by the client pool (paper 000 Table 2, 004 Table 6)."""
+"""Communication and compute counters kept by the client pool (paper 000 Table 2, 004 Table 6).
+
+They are published in result records, so they are computed from public quantities only:
+participations are the *expected* count q·N of each release (the Poisson-sampled count is
+private), and the floats/texts moved follow from it and the public payload and vector sizes.
+``client_seconds`` is measured wall time of client code; like every published run time it is
+a timing side channel, which fedsynth (as the papers) leaves outside the DP model.
+"""
 
 from __future__ import annotations
 
@@ -36,13 +43,16 @@ class CostCounters:
     """Totals over a run; per-participation averages are derived in :meth:`summary`."""
 
     releases: int = 0
-    participations: int = 0
-    floats_down: int = 0
-    texts_down: int = 0
-    floats_up: int = 0
+    participations: float = 0.0
+    floats_down: float = 0.0
+    texts_down: float = 0.0
+    floats_up: float = 0.0
     client_seconds: float = 0.0
 
-    def add(self, participants: int, floats_down: int, texts_down: int, dim: int, seconds: float):
+    def add(
+        self, participants: float, floats_down: int, texts_down: int, dim: int, seconds: float
+    ) -> None:
+        """One release to ``participants`` clients (the expected count, never the sampled one)."""
         self.releases += 1
         self.participations += participants
         self.floats_down += participants * floats_down
@@ -51,7 +61,7 @@ class CostCounters:
         self.client_seconds += seconds
 
     def summary(self) -> dict[str, float]:
-        per = max(self.participations, 1)
+        per = self.participations if self.participations > 0 else 1.0
         return {
             **{k: float(v) for k, v in asdict(self).items()},
             "floats_down_per_client_round": self.floats_down / per,

@@ -151,10 +151,18 @@ class ClientPool:
         return (scale.astype(rows.dtype) @ rows).astype(np.float64)
 
     def _clipped_sum(
-        self, indices: list[int], fn: Any, payload: Any, clip_norm: float, dim: int, batched: bool
+        self,
+        indices: list[int],
+        fn: Any,
+        payload: Any,
+        clip_norm: float,
+        dim: int,
+        batched: bool,
+        expected: float,
     ) -> np.ndarray:
         """Sum of the clipped client vectors. One client at a time unless ``batched``, so only
-        one client's vector (e.g. a full model delta) is held at once."""
+        one client's vector (e.g. a full model delta) is held at once. Costs are counted for
+        the ``expected`` (public) number of participants."""
         floats_down, texts_down = count_payload(payload)
         start = time.perf_counter()
         total = np.zeros(dim)
@@ -168,7 +176,7 @@ class ClientPool:
                 for i in indices:
                     row = self._validated(np.asarray(fn(self._clients[i], payload))[None], 1, dim)
                     total += self._row_sum(row, clip_norm)
-        self.costs.add(len(indices), floats_down, texts_down, dim, time.perf_counter() - start)
+        self.costs.add(expected, floats_down, texts_down, dim, time.perf_counter() - start)
         return total
 
     def aggregate(
@@ -190,7 +198,9 @@ class ClientPool:
         """
         nonprivate = self._check_mechanism(clip_norm, noise_multiplier)
         indices = self._sample(sample_rate)
-        total = self._clipped_sum(indices, client_fn, payload, clip_norm, dim, batched)
+        total = self._clipped_sum(
+            indices, client_fn, payload, clip_norm, dim, batched, sample_rate * self.num_clients
+        )
         if not nonprivate:
             total = total + self._rng(1).normal(0.0, noise_multiplier * clip_norm, size=dim)
         self._ledger.record(
@@ -334,7 +344,9 @@ class ClientPool:
             raise PrivacyError(f"no open tree named {name!r}")
         tree = self._trees[name]
         cohort = tree.next_cohort()
-        leaf = self._clipped_sum(cohort, client_fn, payload, tree.clip_norm, tree.dim, batched)
+        leaf = self._clipped_sum(
+            cohort, client_fn, payload, tree.clip_norm, tree.dim, batched, len(cohort)
+        )
         return tree.add_leaf(leaf)
 
     def state_dict(self) -> dict[str, Any]:
