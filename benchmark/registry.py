@@ -50,6 +50,14 @@ class Registry:
 
         return decorate
 
+    def registered_by(self, module_name: str) -> list[str]:
+        """Names whose registered object was defined in ``module_name`` (e.g. a plugin file)."""
+        return sorted(
+            name
+            for name, target in self._targets.items()
+            if getattr(target, "__module__", None) == module_name
+        )
+
     def _load_entry_points(self) -> None:
         if self._entry_points_loaded:
             return
@@ -83,8 +91,9 @@ class Registry:
         return target
 
 
-def load_plugin_file(path: str | Path) -> None:
-    """Import a user's Python file so its ``@...register(...)`` decorators run."""
+def load_plugin_file(path: str | Path) -> str:
+    """Import a user's Python file so its ``@...register(...)`` decorators run; returns the
+    module name it was imported as (see :meth:`Registry.registered_by`)."""
     path = Path(path).resolve()
     if not path.is_file():
         raise RegistryError(f"plugin file not found: {path}")
@@ -98,6 +107,7 @@ def load_plugin_file(path: str | Path) -> None:
     except Exception as exc:
         del sys.modules[module_name]
         raise RegistryError(f"plugin {path} failed to load: {exc!r}") from exc
+    return module_name
 
 
 METHODS = Registry("method", "fedsynth.methods", "methods")

@@ -29,11 +29,10 @@ Choices where the papers are silent or tune over a grid (``paper`` config):
 - no cap on samples per client (the LargeFedBench clients hold a few 64-token spans).
 
 ``cpu`` (KJV quickstart, 16M-parameter on-device GPT-2, ~750 clients): 5 rounds of 8 clients
-in expectation (every sampled client's delta is held in memory by the pool at once), clip
-0.1 and a small server lr 0.02, so that at ε = 1 the noise (std σC/(qN) per coordinate)
-does not wreck the public start; at this population size the noise dominates the signal,
-as the papers' DP-FL rows near ε = 0 foreshadow. ``tiny``: 2 rounds, 16 clients expected,
-the same small steps.
+in expectation, clip 0.1 and a small server lr 0.02, so that at ε = 1 the noise (std σC/(qN)
+per coordinate) does not wreck the public start; at this population size the noise dominates
+the signal, as the papers' DP-FL rows near ε = 0 foreshadow. ``tiny``: 2 rounds, 16 clients
+expected, the same small steps.
 """
 
 from __future__ import annotations

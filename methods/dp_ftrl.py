@@ -4,25 +4,33 @@ paper 002 §2 / App. C; Kairouz et al. 2021).
 Algorithm and where it runs:
 
 1. θ₀ ← the shared public start (:func:`benchmark.training.public_start`) — ``setup``.
-2. Schedule: cohorts of ``cohort_size`` c (null: all N clients, full participation). The pool
-   shuffles the clients once per tree into L = ⌊N / c⌋ disjoint cohorts, so a client
-   contributes to one leaf per tree. Round t uses leaf t mod L of tree ⌊t / L⌋; a new tree
-   is opened when the previous one is used up (TreeRestart: one tree per pass over the
-   clients; with full participation every round is a one-leaf tree, paper 000 C.2 / 004 D.2).
-   K = ⌈T / L⌉ trees are opened.
-3. σ: the pool records each tree as one ledger entry with count = L, so the run's ledger is
-   K compositions of a single-epoch tree with L leaves. Its RDP is K·α·⌈log₂(L+1)⌉/(2σ²)
-   (dp-accounting), i.e. that of one such tree with noise σ/√K, so
-   σ = √K · ``ctx.noise_for(steps=L, mechanism="tree_aggregation")`` meets the budget
-   exactly (RDP accountant, the only one that accounts for trees) — ``setup``.
+2. Schedule (:func:`tree_schedule`): cohorts of ``cohort_size`` c (null: all N clients, full
+   participation). A tree has L = min(⌊N / c⌋, T) leaves; the pool shuffles the clients once
+   per tree into disjoint cohorts, so a client contributes to at most one leaf per tree.
+   Round t uses leaf t mod L of tree ⌊t / L⌋; a new tree is opened when the previous one is
+   used up (TreeRestart: one tree per pass over the clients; with full participation every
+   round is a one-leaf tree, paper 000 C.2 / 004 D.2). The last tree is opened with only the
+   rounds left (``max_leaves``), so every tree's leaves are all used.
+3. σ (:func:`ftrl_noise`): the pool records each tree as one ledger entry with count = its
+   leaves, exactly the trees the noise is added on. A tree of Lₖ leaves has the RDP of
+   ⌈log₂(Lₖ+1)⌉ Gaussian releases (dp-accounting), so the ledger is D = Σₖ ⌈log₂(Lₖ+1)⌉
+   Gaussians at σ, and σ = √(D/d) · ``ctx.noise_for(steps=L, mechanism="tree_aggregation")``
+   (d = ⌈log₂(L+1)⌉) meets the budget exactly (RDP accountant, the only one that accounts
+   for trees) — ``setup``.
 4. Each round: the pool runs ClientUpdate (local SGD, as in DP-FedAvg) on the next cohort,
-   clips each delta to C, adds the leaf and returns the tree's noisy prefix sum
-   (``ctx.pool.tree_step``). The noisy running sum over all trees is
-   Sₜ = (final noisy sums of completed trees) + (current tree's noisy prefix).
-5. FTRL step with momentum (DP-FTRLM): mₜ = β mₜ₋₁ + Sₜ / c, θₜ₊₁ = θ₀ + η_s mₜ.
-   Unrolled, this is heavy-ball SGD on the noisy per-round increments Sₜ − Sₜ₋₁ (both give
-   each round's mean delta the weight Σ_{k≤t−s} βᵏ), so a restart needs no special update:
-   the completed tree's noisy total stays in S.
+   clips each delta to C, adds the leaf and returns the current tree's noisy prefix sum Sₜ
+   (``ctx.pool.tree_step``).
+5. FTRL step with momentum (DP-FTRLM): mₜ = β mₜ₋₁ + Sₜ / c, θₜ₊₁ = θ_a + η_s mₜ, where θ_a
+   is the tree's anchor. TreeRestart follows Kairouz et al. (and their reference code):
+   after a tree's last leaf the anchor becomes the current θ and the momentum and the
+   running sum restart from zero, so a new tree never sees an old tree's noise or momentum.
+   Consequence: β acts only within a tree. With one-leaf trees (the ``paper`` config, full
+   participation) every round restarts, so the update is θₜ₊₁ = θₜ + η_s Sₜ / N: DP-FedAvg
+   with full participation and *no* server momentum (same Gaussian per round). Paper 002
+   says nothing about momentum or restarts; its 1600 rounds fit one tree when N ≥ 160,000,
+   so it never restarts there. Paper 004 states momentum 0.9 for DP-FTRL-TreeRestart with
+   full participation, which under this rule has no effect; we keep the reference rule
+   rather than invent a cross-tree momentum the privacy analysis and code do not describe.
 6. The best round on the validation clients is released (as DP-FedAvg).
 
 Choices where the papers are silent:
@@ -33,12 +41,12 @@ Choices where the papers are silent:
   T = 1600, 100 clients per round, disjoint, 1 local epoch, batch 16, at most 256 samples
   per client; lrs/clip are the middles of its grids (server {0.05…2}, client {0.01…0.5},
   clip {0.1, 0.3, 0.4, 1}); momentum is not stated (0.9, Kairouz et al.'s default).
-  With N ≥ 160,000 clients this is one tree; the pool records ⌊N/100⌋ leaves, which for
-  N ≥ 204,800 means one more tree level (12 instead of 11) than the 1600 rounds used.
-- ``cpu`` (KJV quickstart): 5 rounds of 8-client cohorts (one tree of ⌊N/8⌋ leaves; the pool
-  holds a cohort's deltas in memory at once), clip 0.1, server lr 0.005: without sampling
-  amplification the tree noise (std ≈ σC/c per coordinate per node) is large at c = 8, so
-  the step is kept small. ``tiny``: 4 rounds of 2-client cohorts, an even smaller step.
+  With N ≥ 160,000 clients this is one tree of 1600 leaves (11 levels): m = 8.83 gives
+  ε = 1.77 at δ = 1e-6, as in paper 002 §2.
+- ``cpu`` (KJV quickstart): 5 rounds of 8-client cohorts (one tree of 5 leaves), clip 0.1,
+  server lr 0.005: without sampling amplification the tree noise (std ≈ σC/c per coordinate
+  per node) is large at c = 8, so the step is kept small. ``tiny``: 4 rounds of 2-client
+  cohorts, an even smaller step.
 - ε = ∞: the pool refuses noise-free trees, so cohorts are then Poisson samples of expected
   size c through ``ctx.pool.aggregate`` (a recorded non-private release), summed by the
   method; only the non-private bound runs this way.
@@ -69,23 +77,39 @@ CROSS_DEVICE_002: dict[str, Any] = {
 }
 
 
-def tree_schedule(num_clients: int, cohort_size: int | None, rounds: int) -> tuple[int, int, int]:
-    """(cohort size c, leaves per tree L, number of trees K) for ``rounds`` rounds."""
+def tree_schedule(num_clients: int, cohort_size: int | None, rounds: int) -> tuple[int, list[int]]:
+    """(cohort size c, leaves of each tree) for ``rounds`` rounds.
+
+    A tree has L = min(⌊N / c⌋, T) leaves (one pass over the clients, never more leaves than
+    rounds); the last tree holds only the rounds left, so no tree has an unused leaf.
+    """
     c = num_clients if cohort_size is None else int(cohort_size)
     if not 1 <= c <= num_clients:
         raise SpecError(f"method.params.cohort_size: must be in [1, {num_clients}], got {c}")
-    leaves = num_clients // c
-    return c, leaves, math.ceil(rounds / leaves)
+    if rounds < 1:
+        raise SpecError(f"method.params.rounds: must be >= 1, got {rounds}")
+    leaves = min(num_clients // c, rounds)
+    full, rest = divmod(rounds, leaves)
+    return c, [leaves] * full + ([rest] if rest else [])
 
 
-def ftrl_noise(ctx: MethodContext, leaves: int, trees: int) -> float:
-    """Noise multiplier for ``trees`` restarts of a ``leaves``-leaf tree within the budget."""
+def ftrl_noise(ctx: MethodContext, trees: list[int]) -> float:
+    """Noise multiplier for one tree per entry of ``trees`` (its leaves) within the budget.
+
+    A client is in at most one leaf of each tree, so a tree of L leaves costs the RDP of its
+    L.bit_length() = ⌈log₂(L+1)⌉ levels, each one Gaussian release at σ (dp-accounting's
+    single-epoch tree). The trees compose to D = Σ levels Gaussians, i.e. the RDP of the
+    largest tree (d levels) at noise σ·√(d/D): σ = √(D/d) · (that tree's σ for the budget).
+    """
     if ctx.privacy.accountant != "rdp":
         raise SpecError(
             f"privacy.accountant: dp_ftrl's tree aggregation is accounted by 'rdp' only, got "
             f"{ctx.privacy.accountant!r}"
         )
-    return math.sqrt(trees) * ctx.noise_for(steps=leaves, mechanism="tree_aggregation")
+    largest = max(trees)
+    levels = sum(leaves.bit_length() for leaves in trees)
+    sigma = ctx.noise_for(steps=largest, mechanism="tree_aggregation")
+    return math.sqrt(levels / largest.bit_length()) * sigma
 
 
 class DPFTRL(FederatedLM):
@@ -112,18 +136,19 @@ class DPFTRL(FederatedLM):
 
     def init_optimiser(self, params: torch.Tensor) -> dict[str, Any]:
         zeros = torch.zeros_like(params)
-        return {"start": params, "momentum": zeros, "completed": zeros, "tree_prefix": zeros}
+        return {"start": params, "momentum": zeros, "tree_prefix": zeros}
 
     def setup(self, ctx: MethodContext) -> dict[str, Any]:
-        c, leaves, trees = tree_schedule(
+        c, trees = tree_schedule(
             ctx.pool.num_clients, self.config["cohort_size"], self.num_rounds()
         )
-        sigma = ftrl_noise(ctx, leaves, trees)  # before training: a bad spec fails fast
-        return {**super().setup(ctx), "cohort_size": c, "leaves": leaves, "noise_multiplier": sigma}
+        sigma = ftrl_noise(ctx, trees)  # before training: a bad spec fails fast
+        return {**super().setup(ctx), "cohort_size": c, "trees": trees, "noise_multiplier": sigma}
 
-    def _cohort_prefix(self, ctx: MethodContext, state: dict[str, Any], round_index: int):
+    def _cohort_prefix(
+        self, ctx: MethodContext, state: dict[str, Any], tree: int, leaf: int
+    ) -> torch.Tensor:
         """The current tree's noisy prefix sum after adding this round's cohort."""
-        tree, leaf = divmod(round_index, state["leaves"])
         name = f"{self.name}/tree{tree}"
         params = state["params"]
         payload = {"params": params}
@@ -139,26 +164,29 @@ class DPFTRL(FederatedLM):
             )
             return state["tree_prefix"] + torch.from_numpy(aggregate.noisy_sum).float()
         if leaf == 0:
+            leaves = state["trees"][tree]
             opened = ctx.pool.open_tree(
                 name,
                 dim=params.numel(),
                 clip_norm=self.config["clip_norm"],
                 noise_multiplier=state["noise_multiplier"],
                 cohort_size=state["cohort_size"],
+                max_leaves=leaves,
             )
-            if opened != state["leaves"]:
-                raise RuntimeError(f"pool opened {opened} leaves, schedule has {state['leaves']}")
+            if opened != leaves:
+                raise RuntimeError(f"pool opened {opened} leaves, schedule has {leaves}")
         return torch.from_numpy(ctx.pool.tree_step(name, self.trainer(ctx), payload)).float()
 
     def round(self, ctx: MethodContext, state: dict[str, Any], round_index: int) -> dict[str, Any]:
-        prefix = self._cohort_prefix(ctx, state, round_index)
-        running = state["completed"] + prefix
-        if (round_index + 1) % state["leaves"] == 0:  # tree used up: restart
-            state["completed"], state["tree_prefix"] = running, torch.zeros_like(running)
+        tree, leaf = divmod(round_index, state["trees"][0])
+        prefix = self._cohort_prefix(ctx, state, tree, leaf)
+        beta, lr = self.config["server_momentum"], self.config["server_lr"]
+        state["momentum"] = beta * state["momentum"] + prefix / state["cohort_size"]
+        state["params"] = state["start"] + lr * state["momentum"]
+        if leaf + 1 == state["trees"][tree]:  # TreeRestart: anchor here, forget the old tree
+            zeros = torch.zeros_like(prefix)
+            state["start"], state["momentum"], state["tree_prefix"] = state["params"], zeros, zeros
         else:
             state["tree_prefix"] = prefix
-        beta, lr = self.config["server_momentum"], self.config["server_lr"]
-        state["momentum"] = beta * state["momentum"] + running / state["cohort_size"]
-        state["params"] = state["start"] + lr * state["momentum"]
         self.select(ctx, state, round_index)
         return state

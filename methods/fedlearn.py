@@ -57,8 +57,10 @@ class ClientTrainer:
     """The client-side function: load the broadcast parameters, run local SGD on the
     client's own texts, return the model delta (new − broadcast) as a float32 vector.
 
-    Runs inside the pool's client scope; the model object is the device's working copy (one
-    instance reused across clients: every call first loads the broadcast parameters).
+    Runs inside the pool's client scope; the model object is the simulated devices' working
+    copy (one instance reused across clients: every call first loads the broadcast
+    parameters), never the server's model, which would otherwise be left holding the last
+    client's un-noised locally trained weights.
     Shuffling and dropout draw from torch's global RNG, which the runner seeds per round.
     The first ``max_samples`` texts of a client are used (records in split order).
     """
@@ -124,19 +126,26 @@ class FederatedLM(Method):
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
         self._model: Any = None
+        self._client_model: Any = None
 
     def num_rounds(self) -> int:
         return int(self.config["rounds"])
 
     def model(self, ctx: MethodContext) -> Any:
-        """The server's (and simulated devices') working model; rebuilt after a resume."""
+        """The server's working model (validation scoring, release); rebuilt after a resume."""
         if self._model is None:
             self._model = ctx.profile.ondevice_lm().new_model(ctx.seed)
         return self._model
 
     def trainer(self, ctx: MethodContext) -> ClientTrainer:
+        """The client-side function, on a model instance of its own (built once): client code
+        never writes to the server's model object."""
         lm = ctx.profile.ondevice_lm()
-        return ClientTrainer(self.model(ctx), lm.tokenizer, LocalTraining.from_config(self.config))
+        if self._client_model is None:
+            self._client_model = lm.new_model(ctx.seed)
+        return ClientTrainer(
+            self._client_model, lm.tokenizer, LocalTraining.from_config(self.config)
+        )
 
     def setup(self, ctx: MethodContext) -> dict[str, Any]:
         self._model = public_start(ctx, self.config)

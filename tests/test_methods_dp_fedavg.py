@@ -14,6 +14,7 @@ from model_methods_support import (
 
 from benchmark.privacy.accountants import epsilon, epsilon_from_ledger
 from benchmark.privacy.ledger import SUBSAMPLED_GAUSSIAN
+from benchmark.training import flat_params
 from methods.dp_fedavg import DPFedAvg, sample_rate
 
 DELTA = 1e-5
@@ -149,3 +150,21 @@ def test_server_momentum_carries_the_previous_update(tmp_path):
     # same Δ̄₂ (same θ₁, same seeds): θ₂(β) − θ₂(0) = lr · β · Δ̄₁ = β (θ₁ − θ₀)
     assert torch.allclose(heavy - plain, 0.9 * (first - start), atol=1e-6)
     assert (first - start).norm() > 0
+
+
+def test_client_training_never_writes_to_the_servers_model(tmp_path):
+    # no validation scoring, so nothing on the server side reloads the server's model
+    ctx = make_context(tmp_path, epsilon=2.0, delta=DELTA)
+    method = fedavg(rounds=1, select_every=0)
+    state = run_rounds(method, ctx, rounds=[])
+    start = state["params"]
+    state = run_rounds(method, ctx, state, rounds=[0])
+    assert method.trainer(ctx).model is not method.model(ctx)
+    # the server's model object still holds the (public) state it was given, not the last
+    # client's locally trained weights; the clients did train and the server did step
+    assert torch.equal(flat_params(method.model(ctx)), start)
+    last_client = flat_params(method.trainer(ctx).model)
+    assert not torch.equal(last_client, start) and not torch.equal(state["params"], start)
+    # releasing loads the state's parameters into the server model, never the client's
+    method.finish(ctx, state)
+    assert torch.equal(flat_params(method.model(ctx)), state["params"])

@@ -4,7 +4,7 @@ import pytest
 from click.testing import CliRunner
 
 from benchmark.cli.main import cli
-from benchmark.registry import Registry, RegistryError, load_plugin_file
+from benchmark.registry import METHODS, Registry, RegistryError, load_plugin_file
 
 PLUGIN = """
 from benchmark.registry import METHODS
@@ -48,3 +48,12 @@ def test_broken_plugin_file_fails_with_clear_message(tmp_path):
     path.write_text("raise ImportError('missing dependency xyz')\n")
     with pytest.raises(RegistryError, match="missing dependency xyz"):
         load_plugin_file(path)
+
+
+def test_a_plugin_file_reports_what_it_registered_even_when_loaded_twice(tmp_path):
+    path = tmp_path / "twice_plugin.py"
+    path.write_text(PLUGIN.replace("plugin_test_method", "plugin_twice_method"))
+    first = load_plugin_file(path)
+    again = load_plugin_file(path)
+    assert first == again
+    assert METHODS.registered_by(again) == ["plugin_twice_method"]

@@ -94,12 +94,11 @@ def submit(
     write its entries, and pack them with their specs and split manifests into a bundle."""
     from benchmark.registry import METHODS
 
-    before = set(METHODS.names())
     try:
-        load_plugin_file(adapter)
+        module = load_plugin_file(adapter)
     except RegistryError as exc:
         raise click.ClickException(str(exc)) from exc
-    added = sorted(set(METHODS.names()) - before)
+    added = METHODS.registered_by(module)
     if len(added) != 1:
         raise click.ClickException(f"{adapter} must register exactly one new method, got {added}")
     entries = run_with_progress(suite_name, added, results, runs, splits)
