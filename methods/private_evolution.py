@@ -53,6 +53,9 @@ Choices the paper leaves open (and why):
 - Ties in the nearest-neighbour search go to the lowest index; duplicate texts in a
   population add up their votes in the seed score.
 - The last round does not vary ``S'_T`` (``S_{T+1}`` is never used).
+- Variation with a masked LM fills all masks of a text in one forward pass and keeps texts
+  at full length; PrE-Text's reference code refills masks one at a time and truncates the
+  population to 64 tokens. The paper states neither; one pass is W_steps× cheaper.
 """
 
 from __future__ import annotations
@@ -72,10 +75,10 @@ from benchmark.profiles.base import Embedder, Generator, ModelProfile, SamplingP
 CLIP_NORM = 1.0  # each client's vote vector has L2 norm 1 (user-level sensitivity)
 NN_BLOCK_ROWS = 4096  # private samples per block of the nearest-neighbour matrix product
 
-# Paper 004 Fig. 3 structure, in our own words: a header announcing six samples, three
-# numbered examples, and the 4th heading left open for the LLM to fill.
-FEW_SHOT_HEADER = "A list of six varied, original text samples:\n\n"
-FEW_SHOT_HEADING = "Original text sample {index}:\n"
+# Paper 004 App. B / Fig. 3, the Expand prompt as the paper gives it: a header announcing six
+# samples, three numbered examples, and the 4th heading left open for the LLM to fill.
+FEW_SHOT_HEADER = "List of 6 diverse original text samples:\n\n"
+FEW_SHOT_HEADING = "Original Text Sample {index}\n"
 _NEXT_HEADING = re.compile(r"\n?\s*Original text sample\s*\d*\s*:?", re.IGNORECASE)
 
 PARAPHRASE_PROMPT = (

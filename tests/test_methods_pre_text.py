@@ -11,7 +11,7 @@ from benchmark.privacy.ledger import SUBSAMPLED_GAUSSIAN
 from methods.pre_text import PreText
 from methods.private_evolution import FEW_SHOT_HEADING
 
-_EXAMPLE = re.compile(r"Original text sample [123]:\n(.*?)\n\n", re.DOTALL)
+_EXAMPLE = re.compile(r"Original Text Sample [123]\n(.*?)\n\n", re.DOTALL)
 
 
 class RecordingProfile:

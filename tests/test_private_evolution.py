@@ -117,11 +117,11 @@ def test_initial_population_comes_from_long_enough_public_texts():
 
 def test_few_shot_prompt_and_parse_follow_figure_3():
     prompt = pe.few_shot_prompt(["first text", "second text ", "third text"])
-    assert prompt.startswith(pe.FEW_SHOT_HEADER)
+    assert prompt.startswith("List of 6 diverse original text samples:\n\n")
     for i, text in enumerate(["first text", "second text", "third text"], start=1):
-        assert f"Original text sample {i}:\n{text}\n\n" in prompt
-    assert prompt.endswith("Original text sample 4:\n")
-    generated = " a new sample\nwith two lines\n\nOriginal text sample 5:\nmore"
+        assert f"Original Text Sample {i}\n{text}\n\n" in prompt
+    assert prompt.endswith("Original Text Sample 4\n")
+    generated = " a new sample\nwith two lines\n\nOriginal Text Sample 5\nmore"
     assert pe.parse_generated(generated) == "a new sample\nwith two lines"
     assert pe.parse_generated("no heading at all ") == "no heading at all"
 
@@ -143,7 +143,7 @@ class ScriptedGenerator(Generator):
 
 def test_expand_prompts_with_three_examples_and_drops_empty_samples():
     examples = ["alpha text", "beta text", "gamma text", "delta text"]
-    gen = ScriptedGenerator(["s1", "", "s2\nOriginal text sample 5:\njunk", "s3", "s4"])
+    gen = ScriptedGenerator(["s1", "", "s2\nOriginal Text Sample 5\njunk", "s3", "s4"])
     out = pe.expand(gen, examples, 3, SamplingParams(), 2, np.random.default_rng(0))
     assert out == ["s1", "s2", "s3"]
     for prompt in gen.prompts:
