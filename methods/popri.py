@@ -55,8 +55,10 @@ Choices the paper leaves open (and where the values come from):
   (6 accumulation steps of 4, as in the reference). LoRA rank 4, α = 8 on every linear
   projection (peft ``all-linear``: q/k/v/o/gate/up/down on LLaMA) are §3.1 / App. B.1; the
   reference code hard-codes r = 16, α = 16 instead. LoRA dropout 0; no warm-up.
-- ``fid_samples`` = 1,800 in ``paper``: the reference evaluates one fresh generation per
-  prompt of the round; ``num_synthetic`` = 1,000,000 is App. B.1's downstream set.
+- ``fid_samples`` = 1,800 in ``paper`` (as many as the round's prompts): fresh 3-shot
+  public prompts drawn once per round, the same for every checkpoint of that round, so
+  checkpoints are compared on equal prompts; ``num_synthetic`` = 1,000,000 is App. B.1's
+  downstream set.
 - Samples are at most ``max_new_tokens`` = 64 generator tokens (App. D: sequence length 64),
   temperature and top-p 1.0; the generator is prompted as a plain LM (no chat template),
   like the paper's base LLaMA-3-8B. Prompts longer than the generator's context are cut from
