@@ -50,13 +50,6 @@ class Aggregate:
         return self.noisy_sum / max(self.expected_count, 1.0)
 
 
-def clip_rows(rows: np.ndarray, clip_norm: float) -> np.ndarray:
-    """Scale each row to L2 norm at most ``clip_norm``."""
-    norms = np.linalg.norm(rows, axis=1, keepdims=True)
-    scale = np.minimum(1.0, clip_norm / np.maximum(norms, 1e-12))
-    return rows * scale
-
-
 class ClientPool:
     """Private clients behind the privacy boundary (one privacy unit per client)."""
 
