@@ -97,6 +97,12 @@ def seed_round(ctx: MethodContext, round_index: int) -> None:
     torch.manual_seed(ctx.seed * 1_000_003 + round_index + 1)
 
 
+def finish(method: Method, ctx: MethodContext, state: Any) -> Any:
+    """``finish`` after the runner's seeding for the step after the last round."""
+    seed_round(ctx, method.num_rounds())
+    return method.finish(ctx, state)
+
+
 def run_rounds(method: Method, ctx: MethodContext, state: Any = None, rounds=None) -> Any:
     """``setup`` (unless a state is given) and the rounds in ``rounds`` (default: all)."""
     if state is None:

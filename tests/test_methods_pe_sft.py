@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from model_methods_support import make_context, run_rounds, seed_round
+from model_methods_support import finish, make_context, run_rounds
 
 from benchmark.privacy.accountants import epsilon, epsilon_from_ledger
 from benchmark.privacy.ledger import SUBSAMPLED_GAUSSIAN
@@ -63,8 +63,7 @@ def test_pe_sft_releases_generated_texts_within_budget(tmp_path):
     generator = ctx.profile.generator()
     before = snapshot(generator.model)
     state = run_rounds(method, ctx)
-    seed_round(ctx, method.num_rounds())
-    artifact = method.finish(ctx, state)
+    artifact = finish(method, ctx, state)
 
     assert artifact.kind == "texts" == PESFT.artifact_kind
     assert len(artifact.texts) == method.config["generate_size"]

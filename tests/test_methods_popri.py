@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from model_methods_support import make_context, run_rounds, seed_round, torch_threads
+from model_methods_support import finish, make_context, run_rounds, torch_threads
 from peft import set_peft_model_state_dict
 
 from benchmark.privacy.accountants import epsilon, epsilon_from_ledger
@@ -171,8 +171,7 @@ def test_popri_end_to_end_releases_texts_within_budget(tmp_path):
     before = snapshot(generator.model)
     with torch_threads(1):
         state = run_rounds(method, ctx)
-        seed_round(ctx, method.num_rounds())
-        artifact = method.finish(ctx, state)
+        artifact = finish(method, ctx, state)
 
     assert artifact.kind == "texts" == POPri.artifact_kind
     assert len(artifact.texts) == method.config["num_synthetic"]

@@ -4,7 +4,7 @@ import re
 
 import pytest
 import torch
-from model_methods_support import make_context, run_rounds, seed_round
+from model_methods_support import finish, make_context, run_rounds
 
 from benchmark.privacy.accountants import epsilon, epsilon_from_ledger
 from benchmark.privacy.ledger import SUBSAMPLED_GAUSSIAN
@@ -49,8 +49,7 @@ def test_pre_text_releases_texts_expanded_from_dp_seeds(tmp_path):
     torch.save(state, tmp_path / "state.pt")  # the runner checkpoints it after every round
     state = torch.load(tmp_path / "state.pt", weights_only=False)
     expand_start = len(ctx.profile.prompts)  # the rounds' variations do not use the generator
-    seed_round(ctx, method.num_rounds())
-    artifact = method.finish(ctx, state)
+    artifact = finish(method, ctx, state)
 
     assert artifact.kind == "texts" == PreText.artifact_kind
     assert len(artifact.texts) == method.config["expand_size"]
