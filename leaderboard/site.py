@@ -10,7 +10,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from leaderboard.store import Row, query, versions
+from leaderboard.store import Row, rows_by_version
 from leaderboard.tables import BOUND_METHODS, DEFAULT_METRIC, LOWER_IS_BETTER, format_epsilon
 
 SORT_JS = """
@@ -163,11 +163,11 @@ def write_site(
     """One page per leaderboard version (``<version>/index.html``, with copies of its
     entries) and ``index.html`` showing ``shown`` (default: the newest); every page links
     to every version, so old versions stay browsable."""
-    all_versions = versions(results_root)
+    grouped = rows_by_version(results_root)
+    all_versions = list(grouped)
     shown = shown or (all_versions[-1] if all_versions else "none")
     out_dir.mkdir(parents=True, exist_ok=True)
-    for version in all_versions:
-        rows = query(results_root, version=version)
+    for version, rows in grouped.items():
         links = {}
         for row in rows:
             target = out_dir / version / "records" / row.path

@@ -163,11 +163,21 @@ def query(
     sql, args = "SELECT * FROM entries WHERE leaderboard_version = ?", [version]
     if split:
         sql, args = sql + " AND split = ?", [*args, split]
-    with sqlite3.connect(db_path) as db:
-        rows = [
-            Row(v, s, m, e, b, g, p, json.loads(j))
-            for v, s, m, e, b, g, p, j in db.execute(sql + " ORDER BY split, method, epsilon", args)
-        ]
+    rows = _select(db_path, sql, args)
     if epsilon_budget is not None:
         rows = [r for r in rows if r.epsilon_budget in (epsilon_budget, 0.0, math.inf)]
     return rows
+
+
+def rows_by_version(root: Path) -> dict[str, list[Row]]:
+    """Every entry, grouped by leaderboard version (oldest first), from one index rebuild."""
+    rows = _select(rebuild_index(root), "SELECT * FROM entries", [])
+    return {v: [r for r in rows if r.leaderboard_version == v] for v in versions(root)}
+
+
+def _select(db_path: Path, sql: str, args: list[Any]) -> list[Row]:
+    with sqlite3.connect(db_path) as db:
+        return [
+            Row(v, s, m, e, b, g, p, json.loads(j))
+            for v, s, m, e, b, g, p, j in db.execute(sql + " ORDER BY split, method, epsilon", args)
+        ]
