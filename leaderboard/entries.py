@@ -41,14 +41,6 @@ def version_of(definition: dict[str, Any]) -> str:
     return f"lb-{digest[:10]}"
 
 
-def leaderboard_version(
-    split_hashes: Sequence[str],
-    metric_specs: Sequence[dict],
-    downstream: dict[str, Any] | None = None,
-) -> str:
-    return version_of(version_definition(split_hashes, metric_specs, downstream))
-
-
 def integrity_digest(entry: dict[str, Any]) -> str:
     body = {k: v for k, v in entry.items() if k != "integrity"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
@@ -104,7 +96,7 @@ def build_entry(run_records: Sequence[dict[str, Any]], lb_version: str) -> dict[
         "privacy": {
             **{k: first["privacy"][k] for k in ("epsilon_budget", "delta", "unit", "accountant")},
             "guarantee": first["privacy"]["guarantee"],
-            "noise_seed": first["privacy"].get("noise_seed", "spec"),  # older records: spec
+            "noise_seed": first["privacy"]["noise_seed"],
             "epsilon": "inf" if eps == float("inf") else eps,
             "ledgers": [r["privacy"]["ledger"] for r in run_records],
         },

@@ -56,8 +56,9 @@ def verify_tree(root: Path, split_hashes: dict[str, str] | None = None) -> list[
     problems = []
     for path in root.glob(f"lb-*/{VERSION_FILE}"):
         definition = {k: v for k, v in json.loads(path.read_text()).items() if k != "started"}
-        if version_of(definition) != path.parent.name:
-            problems.append((path, f"the version definition hashes to {version_of(definition)}"))
+        name = version_of(definition)
+        if name != path.parent.name:
+            problems.append((path, f"the version definition hashes to {name}"))
     for path in entry_files(root):
         try:
             check_entry(read_entry(path), split_hashes)

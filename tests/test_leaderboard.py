@@ -11,7 +11,7 @@ from doubles import StubProfile, make_split
 from benchmark.cli.main import cli
 from benchmark.runner import run
 from benchmark.spec import spec_from_dict
-from leaderboard.entries import build_entry, leaderboard_version, version_definition
+from leaderboard.entries import build_entry, version_definition, version_of
 from leaderboard.schema import EntryError
 from leaderboard.store import (
     entry_files,
@@ -59,7 +59,7 @@ def run_artifact_text(tmp_path, record):
 @pytest.fixture
 def store(tmp_path):
     root = tmp_path / "results"
-    version = leaderboard_version(["abc"], [{"name": "toy"}])
+    version = version_of(version_definition(["abc"], [{"name": "toy"}]))
     write_manifest(root, version, "toy", {"version": "v-test", "content_hash": "abc"})
     for eps in (1.0, 4.0):
         write_entry(root, build_entry(fake_records(tmp_path, eps, seeds=(0, 1, 2)), version))
@@ -76,12 +76,12 @@ def test_entry_summarises_seeds(store):
 
 
 def test_a_new_split_or_metric_definition_starts_a_new_version():
-    base = leaderboard_version(["abc"], [{"name": "toy"}])
-    assert base == leaderboard_version(["abc"], [{"name": "toy"}], {})
+    base = version_of(version_definition(["abc"], [{"name": "toy"}]))
+    assert base == version_of(version_definition(["abc"], [{"name": "toy"}], {}))
     changed = [
-        leaderboard_version(["abd"], [{"name": "toy"}]),
-        leaderboard_version(["abc"], [{"name": "toy", "settings": {"n": 2}}]),
-        leaderboard_version(["abc"], [{"name": "toy"}], {"model_samples": 64}),
+        version_of(version_definition(["abd"], [{"name": "toy"}])),
+        version_of(version_definition(["abc"], [{"name": "toy", "settings": {"n": 2}}])),
+        version_of(version_definition(["abc"], [{"name": "toy"}], {"model_samples": 64})),
     ]
     assert len({base, *changed}) == 4
 
