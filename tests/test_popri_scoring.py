@@ -94,7 +94,9 @@ def test_a_clients_row_depends_on_its_own_data_only():
     with client_scope():
         together = SimilarityScorer(embedder)(ClientBatch(clients), syn)
         alone = SimilarityScorer(embedder)(ClientBatch([ClientData(clients[3]._records, {})]), syn)
-    np.testing.assert_allclose(together[3], alone[0], rtol=1e-6)
+    # float32 rows: a batch of 6 and a batch of 1 may block the BLAS product differently, so
+    # compare at float32 accumulation accuracy (a mixed-in client would move it by O(1)).
+    np.testing.assert_allclose(together[3], alone[0], rtol=1e-5, atol=1e-6)
 
 
 def test_pool_sum_is_the_clipped_loop_reference_and_the_memo_is_reused():
@@ -113,7 +115,7 @@ def test_pool_sum_is_the_clipped_loop_reference_and_the_memo_is_reused():
     second = aggregate(pool, scorer, syn[:4])  # next round: the client-side memo is reused
     assert embedder.calls == calls + 1
     fresh = aggregate(pool_of(texts), SimilarityScorer(embedder), syn[:4])
-    np.testing.assert_allclose(second, fresh, rtol=1e-6)
+    np.testing.assert_allclose(second, fresh, rtol=1e-5, atol=1e-6)  # float32 sums
     assert len(pool.ledger.releases) == 2
 
 
