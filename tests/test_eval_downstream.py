@@ -126,7 +126,9 @@ def test_real_run_restores_the_selected_epoch(setup):
     history = [h["top1"] for h in result.validation_history]
     assert len(history) == 4
     assert result.selected_epoch == 1 + int(np.argmax(history))
+    assert result.validation["top1"] == max(history)  # the selection score, on validation
     # Re-training for exactly the selected number of epochs reproduces the reported numbers.
     model = lm.new_model(3)
     train_lm(model, lm.tokenizer, split.texts("train")[:48], result.selected_epoch, 3e-3, 16, 5)
     assert evaluate_lm(model, lm.tokenizer, split.texts("test")) == result.test
+    assert evaluate_lm(model, lm.tokenizer, split.texts("validation")) == result.validation

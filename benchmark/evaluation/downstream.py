@@ -20,6 +20,7 @@ the on-device model directly (public-only, non-private) use the very same loop.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -229,12 +230,17 @@ def train_with_selection(
 
 @dataclass
 class DownstreamResult:
-    """The selected downstream model and its numbers (``selected_epoch`` 0: not trained here)."""
+    """The selected downstream model and its numbers (``selected_epoch`` 0: not trained here).
+
+    ``validation`` holds the selected model's scores on the validation clients: the number
+    a suite selects hyper-parameters on (never ``test``).
+    """
 
     model: Any
     tokenizer: Any
     test: dict[str, float]
     selected_epoch: int
+    validation: dict[str, float]
     validation_history: list[dict[str, float]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
@@ -271,8 +277,14 @@ def fit_and_select(
         restore=model.load_state_dict,
         key=config.select_on,
     )
+    history = selection.validation_history
     return DownstreamResult(
-        model, tokenizer, selection.test, selection.selected_epoch, selection.validation_history
+        model,
+        tokenizer,
+        selection.test,
+        selection.selected_epoch,
+        history[selection.selected_epoch - 1],
+        history,
     )
 
 
@@ -298,7 +310,13 @@ def run_downstream(
         model = start_model() if start_model else lm.new_model(seed)
         if artifact.texts:
             return fit_and_select(model, tokenizer, list(artifact.texts), split, config, seed)
-    test = evaluate_lm(
-        model, tokenizer, split.texts("test"), config.max_length, config.eval_batch_size
+
+    def score(part: str) -> dict[str, float]:
+        texts = split.texts(part)
+        return evaluate_lm(model, tokenizer, texts, config.max_length, config.eval_batch_size)
+
+    # A split without validation clients (paper 001's Yelp recipe) has no selection score.
+    validation = score("validation") if split.texts("validation") else {"top1": math.nan}
+    return DownstreamResult(
+        model, tokenizer, score("test"), selected_epoch=0, validation=validation
     )
-    return DownstreamResult(model, tokenizer, test, selected_epoch=0)

@@ -10,7 +10,9 @@ class NextTokenAccuracy(Metric):
     """Scores the downstream LM of the release (see ``downstream.py`` for the protocol).
 
     ``top1``/``top3`` are fractions in [0, 1], ``ce`` is the mean token cross-entropy in nats,
-    all on the test part and for the validation-selected epoch only.
+    all on the test part and for the validation-selected epoch only. ``validation_top1`` is
+    the same model's accuracy on the validation clients: what a suite's hyper-parameter grid
+    selects on (paper 000 C.1 tunes DP-FL lr and clip on its evaluation set).
     """
 
     name = "next_token"
@@ -24,4 +26,5 @@ class NextTokenAccuracy(Metric):
             "ce": result.test["ce"],
             "test_tokens": result.test["tokens"],
             "selected_epoch": float(result.selected_epoch),
+            "validation_top1": result.validation["top1"],
         }
