@@ -10,6 +10,7 @@ _BUILTIN_SOURCES = {
     "kjv": "datasets_builders.sources.kjv:KJVSource",
     "chatterbot": "datasets_builders.sources.chatterbot:ChatterbotSource",
     "chatterbot_prefs": "datasets_builders.sources.chatterbot:ChatterbotPreferenceSource",
+    "chitchat": "datasets_builders.sources.chitchat:ChitchatSource",
     "biorxiv": "datasets_builders.sources.biorxiv:BiorxivSource",
     "congress": "datasets_builders.sources.congress:CongressSource",
     "stackoverflow": "datasets_builders.sources.stackoverflow:StackOverflowSource",

@@ -1,0 +1,133 @@
+"""Chit-chat conversations from the ``chitchat-dataset`` package: the offline population
+large enough for DP, with real dates and a real shift between public and private text.
+
+Origin: ``chitchat_dataset/dataset.json`` of the installed package (MIT; version 0.9.0 has
+7,168 conversations, 258,145 messages from 1,315 senders). Each conversation maps to
+``{"messages": [[{"text", "timestamp", "sender"}, ...] per turn, ...], "start": ISO time,
+"prompt": topic prompt (sometimes missing), "ratings": {...}}``.
+
+Records and clients:
+
+- **client = one sender's side of one conversation** (``<conversation>:<sender>``). Per
+  sender there would be only 1,315 clients in all, far too few for user-level DP at a
+  useful ε; per (conversation, sender) there are 11,186. The consequence for the
+  guarantee: a person who speaks in k conversations is k clients, so their person-level
+  guarantee is the group-privacy bound for k units, not ε. Records say so (the unit is
+  named in the manifest's description).
+- **record = that client's messages, in order, one per line**; the pipeline chunks it into
+  the usual 64-token spans (most clients give 1–4 spans), so the on-device LM sees
+  a speaker's own phrasing in context rather than isolated three-word messages.
+- ``date`` = the conversation's start date (``start``, else its first timestamp), so a
+  conversation never straddles the public/private cut; ``label`` and ``extra["prompt"]``
+  are the topic prompt (a control code for label-conditioned methods), ``""`` if missing.
+
+Default recipe (``split_defaults``): private = conversations started in the window
+2018-05-01 … 2018-11-30, public = the conversations before it (``before_window``: the
+April 2018 conversations, data a model trained then could have seen), 500 validation and
+1,000 test clients held out whole, at most 4 spans per client, 4,000 public spans.
+Measured on the package (``fedsynth splits build chitchat``): see the README's split table.
+
+The shift is real, not only in time: the collection ran in two periods (April–May and
+September–November 2018) and the autumn conversations were seeded with a new, AI-themed
+set of prompts ("What if computers started asking not to be turned off?"), so the private
+train/test clients contain topics that are rare in the public April data.
+
+Contamination: the corpus has been public on GitHub and PyPI since 2018, so any modern LLM
+may have seen it; it is registered as a **demo corpus** (``demo = True``) and every
+contamination check reports it contaminated, whatever the model's cut-off.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import importlib.util
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+from datasets_builders.source import Source, SourceRecord
+
+LICENCE = "MIT"
+PACKAGE = "chitchat-dataset"
+
+
+def dataset_path() -> Path:
+    spec = importlib.util.find_spec("chitchat_dataset")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"the chitchat source needs the {PACKAGE} package")
+    return Path(spec.submodule_search_locations[0]) / "dataset.json"
+
+
+@functools.cache
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a chitchat dataset file ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected an object of conversations, got {type(data).__name__}")
+    return data
+
+
+def conversation_records(conversation_id: str, conversation: Any) -> Iterator[SourceRecord]:
+    """One record per sender of one conversation (their messages in order, one per line)."""
+    try:
+        messages = [m for turn in conversation["messages"] for m in turn]
+        start = conversation.get("start") or messages[0]["timestamp"]
+        by_sender: dict[str, list[str]] = {}
+        for message in messages:
+            text = str(message["text"]).strip()
+            if text:
+                by_sender.setdefault(str(message["sender"]), []).append(text)
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ValueError(f"conversation {conversation_id!r}: malformed ({exc!r})") from exc
+    prompt = str(conversation.get("prompt") or "")
+    for sender, texts in by_sender.items():
+        client = f"{conversation_id}:{sender}"
+        yield SourceRecord(
+            text="\n".join(texts),
+            source_id=f"chitchat:{client}",
+            client_id=client,
+            date=str(start)[:10],
+            label=prompt,
+            licence=LICENCE,
+            extra={"prompt": prompt, "conversation": conversation_id},
+        )
+
+
+class ChitchatSource(Source):
+    """Chit-chat conversations; clients are (conversation, sender) sides, dated by start."""
+
+    name = "chitchat"
+    description = (
+        "chitchat-dataset conversations; a client is one sender's side of one conversation; "
+        "dated by conversation start; demo"
+    )
+    demo = True
+    date_field = "conversation start"
+    split_defaults: ClassVar[dict[str, Any]] = {
+        "partition": "natural",
+        "date_start": "2018-05-01",
+        "date_end": "2018-11-30",
+        "public": "before_window",
+        "public_max": 4000,
+        "span_length": 64,
+        "cap": 4,
+        "validation_clients": 500,
+        "test_clients": 1000,
+    }
+
+    def fetch(self, options: dict[str, Any], cache_dir: Path) -> Iterator[SourceRecord]:
+        unknown = sorted(set(options) - {"path"})
+        if unknown:
+            raise ValueError(f"source 'chitchat' takes only 'path', got {unknown}")
+        data = _load(Path(options.get("path") or dataset_path()))
+        for conversation_id in sorted(data):
+            yield from conversation_records(conversation_id, data[conversation_id])
+
+    def revision(self, options: dict[str, Any]) -> str:
+        if options.get("path"):
+            return f"file {Path(options['path']).name}"
+        return f"{PACKAGE}=={importlib.metadata.version(PACKAGE)}"
