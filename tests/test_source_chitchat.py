@@ -12,7 +12,19 @@ from datasets_builders.pipeline import build_split, options_for
 from datasets_builders.sources.chitchat import ChitchatSource, dataset_path
 from datasets_builders.storage import load_split
 
-WORDS = "the river garden stone light music film robot computer summer friend".split()
+WORDS = [
+    "the",
+    "river",
+    "garden",
+    "stone",
+    "light",
+    "music",
+    "film",
+    "robot",
+    "computer",
+    "summer",
+    "friend",
+]
 
 
 def message(text: str, sender: str, when: str) -> dict[str, str]:
