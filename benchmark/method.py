@@ -63,13 +63,22 @@ class MethodContext:
         )
 
 
+ROLES = ("method", "bound", "control")
+
+
 class Method(ABC):
-    """Base class of method adapters. ``configs`` holds one default config per profile."""
+    """Base class of method adapters. ``configs`` holds one default config per profile.
+
+    ``role`` says how a leaderboard treats the adapter's rows: ``method`` is ranked;
+    ``bound`` (ε = 0 public-only, ε = ∞ non-private) anchors the gap-closed scale;
+    ``control`` (the oracle) calibrates the instrument and is never ranked.
+    """
 
     name: ClassVar[str]
     artifact_kind: ClassVar[str]
     configs: ClassVar[dict[str, dict[str, Any]]]
     privacy_units: ClassVar[tuple[str, ...]] = ("user",)
+    role: ClassVar[str] = "method"
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config

@@ -46,6 +46,7 @@ def build_record(
     costs: dict[str, float],
     wall_seconds: float,
     profile: Any,
+    role: str,
 ) -> dict[str, Any]:
     spec = resolved.spec
     return {
@@ -58,7 +59,7 @@ def build_record(
             "content_hash": split.content_hash,
         },
         "contamination": contamination(split.manifest, profile.describe().get("generator", "")),
-        "method": {"name": spec.method.name, "config": resolved.method_config},
+        "method": {"name": spec.method.name, "role": role, "config": resolved.method_config},
         "privacy": {
             "epsilon": _finite_or_str(epsilon),
             "epsilon_budget": _finite_or_str(spec.privacy.epsilon),

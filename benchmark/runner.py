@@ -219,6 +219,7 @@ def run(
         },
         wall_seconds=method_seconds,
         profile=profile,
+        role=method_cls.role,
     )
     write_record(record, run_dir / RESULT)
     return RunResult(resolved.run_key, run_dir, record, artifact)

@@ -6,6 +6,7 @@ from typing import Any
 
 import jsonschema
 
+from benchmark.method import ROLES
 from benchmark.spec import ACCOUNTANTS, GUARANTEES, NOISE_SEEDS, PRIVACY_UNITS
 
 ENTRY_SCHEMA_VERSION = 1
@@ -65,7 +66,11 @@ ENTRY_SCHEMA: dict[str, Any] = {
         "method": {
             "type": "object",
             "required": ["name", "config"],
-            "properties": {"name": {"type": "string"}, "config": {"type": "object"}},
+            "properties": {
+                "name": {"type": "string"},
+                "role": {"enum": list(ROLES)},  # absent in entries from before roles: method
+                "config": {"type": "object"},
+            },
         },
         "privacy": {
             "type": "object",

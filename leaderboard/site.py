@@ -10,8 +10,18 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from leaderboard.store import Row, rows_by_version
-from leaderboard.tables import BOUND_METHODS, DEFAULT_METRIC, LOWER_IS_BETTER, format_epsilon
+from leaderboard.store import MANIFESTS_DIR, Row, labelled, rows_by_version
+from leaderboard.tables import (
+    DEFAULT_METRIC,
+    ROLE_ORDER,
+    Cell,
+    build_table,
+    cell_of,
+    format_cell,
+    format_epsilon,
+    metric_label,
+    role_of,
+)
 
 SORT_JS = """
 document.querySelectorAll('table.sortable').forEach(table => {
@@ -38,69 +48,145 @@ body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:4px 8px}
 th{cursor:pointer;background:#f3f3f3}th[data-dir=asc]::after{content:' ▲'}
 th[data-dir=desc]::after{content:' ▼'}td.num{text-align:right;font-variant-numeric:tabular-nums}
-svg{border:1px solid #ddd;background:#fff}
+svg{border:1px solid #ddd;background:#fff}p.split{max-width:70em;color:#444}
+.badge{font-size:75%;padding:1px 5px;border-radius:3px;background:#eee;color:#555}
+.badge.control{background:#fdf1d6}.badge.bound{background:#e4eefb}
+tr.best td{font-weight:bold}tr.bound td,tr.control td{color:#555}
 """
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
 
-def _metric_names(rows: Sequence[Row]) -> list[str]:
-    names = sorted(
-        {k for r in rows for k in r.entry["metrics"]} | {k for r in rows for k in r.entry["audit"]}
-    )
-    return [
-        n
-        for n in names
-        if not n.endswith(("n_members", "n_nonmembers", "n_real", "n_synthetic", "test_tokens"))
-    ]
+AUDIT_COLUMNS = ("mia.loss_auc", "mia.reference_loss_auc", "dcr.auc")
+ROLE_BADGE = {"bound": "bound", "control": "control", "method": ""}
 
 
-def _cell(summary: dict | None) -> str:
+def _num(value: float | None, text: str) -> str:
+    data = "" if value is None else repr(1e308 if math.isinf(value) else value)
+    return f'<td class="num" data-value="{data}">{text}</td>'
+
+
+def _summary_cell(summary: dict | None, digits: int = 4) -> str:
     if summary is None:
-        return '<td class="num" data-value=""></td>'
-    std = f" ± {summary['std']:.4f}" if summary["std"] is not None else ""
-    return f'<td class="num" data-value="{summary["mean"]!r}">{summary["mean"]:.4f}{std}</td>'
+        return _num(None, "")
+    return _num(summary["mean"], format_cell(cell_of(summary), digits))
 
 
-def _table(split: str, rows: Sequence[Row], record_links: dict[str, str]) -> str:
-    metrics = _metric_names(rows)
-    head = "".join(
-        f"<th>{html.escape(h)}</th>" for h in ["method", "ε", "guarantee", *metrics, "record"]
+def _split_header(split: str, manifest: dict | None) -> str:
+    """Source, clients per part and the date window: what the split *is*, not only its hash."""
+    title = f'<h2 id="split-{html.escape(split)}">{html.escape(split)}</h2>'
+    if not manifest:
+        return title
+    counts = manifest.get("counts", {})
+    parts = ", ".join(
+        f"{counts[p]['clients']:,} {p} clients / {counts[p]['samples']:,} samples"
+        for p in ("train", "validation", "test", "public")
+        if p in counts
     )
+    window = manifest.get("filters", {}).get("date_window", {})
+    dates = (
+        f"private window {window.get('start') or '…'} to {window.get('end') or '…'} "
+        f"on {window.get('field')}"
+        if window.get("start") or window.get("end")
+        else "no date window"
+    )
+    source = manifest.get("source", {})
+    demo = " — demo corpus: public models have seen it" if manifest.get("demo") else ""
+    return (
+        f"{title}<p class='split'><b>{html.escape(str(source.get('name', '?')))}</b> "
+        f"({html.escape(str(source.get('revision', '')))}): "
+        f"{html.escape(str(source.get('description', '')))}. {html.escape(parts)}; "
+        f"{html.escape(dates)}; public rule {html.escape(str(manifest.get('public', {})))}"
+        f"{html.escape(demo)}. Content hash {html.escape(manifest.get('content_hash', '')[:12])}.</p>"
+    )
+
+
+def _method_cell(row: Row) -> str:
+    role = role_of(row)
+    badge = f' <span class="badge {role}">{role}</span>' if ROLE_BADGE[role] else ""
+    return f'<td data-value="{html.escape(row.method)}">{html.escape(row.method)}{badge}</td>'
+
+
+def _eps_cell(eps: float) -> str:
+    return _num(eps, format_epsilon(eps))
+
+
+def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[str, str]) -> str:
+    """What a reader came for: the headline metric with its CI and the gap it closes."""
+    table = build_table(rows, split, metric)
+    head = ["method", "ε", metric_label(metric) + " (mean ± 95% CI)", "gap closed", "seeds"]
     body = []
-    for row in rows:
-        values = {**row.entry["metrics"], **row.entry["audit"]}
-        eps = row.epsilon_budget
+    for row in sorted(rows, key=lambda r: (ROLE_ORDER[role_of(r)], r.method, r.epsilon_budget)):
+        summary = row.entry["metrics"].get(metric)
+        gap = table.gap.get((row.method, row.epsilon_budget))
+        best = table.best.get(row.epsilon_budget) == row.method
+        body.append(
+            f"<tr class='{role_of(row)}{' best' if best else ''}'>"
+            + _method_cell(row)
+            + _eps_cell(row.epsilon_budget)
+            + _summary_cell(summary)
+            + _num(gap, "" if gap is None else f"{100 * gap:.0f}%")
+            + _num(
+                len(row.entry["spec"].get("seeds", [])),
+                str(len(row.entry["spec"].get("seeds", []))),
+            )
+            + f'<td><a href="{links[_record_name(row)]}">json</a></td></tr>'
+        )
+    cols = "".join(f"<th>{html.escape(h)}</th>" for h in [*head, "record"])
+    return (
+        f'<table class="sortable headline" data-split="{html.escape(split)}">'
+        f"<thead><tr>{cols}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    )
+
+
+def _audit_table(split: str, rows: Sequence[Row]) -> str:
+    """Audits (membership inference, distance to closest record) and costs, apart."""
+    head = ["method", "ε", "ε from ledger", *(metric_label(m) for m in AUDIT_COLUMNS)]
+    head += ["floats up / client-round", "run seconds / seed"]
+    body = []
+    for row in sorted(rows, key=lambda r: (ROLE_ORDER[role_of(r)], r.method, r.epsilon_budget)):
+        seeds = max(len(row.entry["spec"].get("seeds", [])), 1)
+        floats = row.entry["costs"].get("floats_up_per_client_round")
         body.append(
             "<tr>"
-            f"<td>{html.escape(row.method)}</td>"
-            f'<td class="num" data-value="{1e308 if math.isinf(eps) else eps}">{format_epsilon(eps)}</td>'
-            f"<td>{html.escape(row.guarantee)}</td>"
-            + "".join(_cell(values.get(m)) for m in metrics)
-            + f'<td><a href="{record_links[row.path]}">json</a></td></tr>'
+            + _method_cell(row)
+            + _eps_cell(row.epsilon_budget)
+            + _eps_cell(row.epsilon)
+            + "".join(_summary_cell(row.entry["audit"].get(m), 3) for m in AUDIT_COLUMNS)
+            + _num(floats, "" if floats is None else f"{floats:,.0f}")
+            + _num(row.entry["wall_seconds"] / seeds, f"{row.entry['wall_seconds'] / seeds:,.0f}")
+            + "</tr>"
         )
+    cols = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     return (
-        f'<h2 id="split-{html.escape(split)}">{html.escape(split)}</h2>'
-        f'<table class="sortable" data-split="{html.escape(split)}"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table>"
+        f'<details><summary>Audits and costs</summary><table class="sortable audit" '
+        f'data-split="{html.escape(split)}"><thead><tr>{cols}</tr></thead>'
+        f"<tbody>{''.join(body)}</tbody></table></details>"
     )
 
 
 def _plot(split: str, rows: Sequence[Row], metric: str) -> str:
-    """Metric against ε per method (log ε axis); the bounds are horizontal dashed lines."""
-    points: dict[str, list[tuple[float, float]]] = {}
+    """Privacy–utility: the metric against ε per ranked method (log ε axis) with 95% CI
+    error bars; bounds and controls are horizontal dashed reference lines."""
+    points: dict[str, list[tuple[float, Cell]]] = {}
+    roles = {}
     for row in rows:
         if metric in row.entry["metrics"]:
             points.setdefault(row.method, []).append(
-                (row.epsilon_budget, row.entry["metrics"][metric]["mean"])
+                (row.epsilon_budget, cell_of(row.entry["metrics"][metric]))
             )
+            roles[row.method] = role_of(row)
     finite = sorted({e for pts in points.values() for e, _ in pts if 0 < e < math.inf})
-    values = [v for pts in points.values() for _, v in pts]
-    if not values or not finite:
+    spans = [
+        (c.mean - (c.ci_half or 0), c.mean + (c.ci_half or 0))
+        for pts in points.values()
+        for _, c in pts
+    ]
+    if not spans or not finite:
         return ""
     w, h, pad = 560, 320, 50
     lo_e, hi_e = math.log10(min(finite)) - 0.5, math.log10(max(finite)) + 0.5
-    lo_v, hi_v = min(values), max(values)
+    lo_v, hi_v = min(a for a, _ in spans), max(b for _, b in spans)
     span = (hi_v - lo_v) or 1.0
     x = lambda e: pad + (math.log10(e) - lo_e) / (hi_e - lo_e) * (w - 2 * pad)  # noqa: E731
     y = lambda v: h - pad - (v - lo_v) / span * (h - 2 * pad)  # noqa: E731
@@ -110,39 +196,60 @@ def _plot(split: str, rows: Sequence[Row], metric: str) -> str:
             f'<text x="{x(e):.1f}" y="{h - pad + 18}" font-size="11" text-anchor="middle">{format_epsilon(e)}</text>'
         )
     parts.append(f'<text x="{w / 2}" y="{h - 8}" font-size="12" text-anchor="middle">ε</text>')
-    parts.append(f'<text x="8" y="{pad - 20}" font-size="12">{html.escape(metric)}</text>')
+    parts.append(
+        f'<text x="8" y="{pad - 20}" font-size="12">{html.escape(metric_label(metric))}</text>'
+    )
     for v in (lo_v, hi_v):
         parts.append(f'<text x="4" y="{y(v):.1f}" font-size="10">{v:.3g}</text>')
     for i, (method, pts) in enumerate(sorted(points.items())):
         color = PALETTE[i % len(PALETTE)]
-        if method in BOUND_METHODS:
+        if roles[method] != "method":
+            level = y(pts[0][1].mean)
             parts.append(
-                f'<line x1="{pad}" x2="{w - pad}" y1="{y(pts[0][1]):.1f}" y2="{y(pts[0][1]):.1f}" stroke="{color}" stroke-dasharray="4"/>'
+                f'<line x1="{pad}" x2="{w - pad}" y1="{level:.1f}" y2="{level:.1f}" stroke="{color}" stroke-dasharray="4"/>'
             )
         else:
-            pts = sorted(p for p in pts if 0 < p[0] < math.inf)
-            path = " ".join(f"{x(e):.1f},{y(v):.1f}" for e, v in pts)
+            pts = sorted((p for p in pts if 0 < p[0] < math.inf), key=lambda p: p[0])
+            path = " ".join(f"{x(e):.1f},{y(c.mean):.1f}" for e, c in pts)
             parts.append(f'<polyline points="{path}" fill="none" stroke="{color}"/>')
-            parts += [
-                f'<circle cx="{x(e):.1f}" cy="{y(v):.1f}" r="3" fill="{color}"/>' for e, v in pts
-            ]
+            for e, c in pts:
+                parts.append(f'<circle cx="{x(e):.1f}" cy="{y(c.mean):.1f}" r="3" fill="{color}"/>')
+                if c.ci_half:
+                    parts.append(
+                        f'<line class="errorbar" x1="{x(e):.1f}" x2="{x(e):.1f}" y1="{y(c.mean - c.ci_half):.1f}" y2="{y(c.mean + c.ci_half):.1f}" stroke="{color}"/>'
+                    )
         parts.append(
             f'<text x="{w - pad + 4}" y="{pad + 14 * i}" font-size="11" fill="{color}">{html.escape(method)}</text>'
         )
-    return f'<svg class="plot" width="{w + 80}" height="{h}" data-split="{html.escape(split)}">{"".join(parts)}</svg>'
+    return f'<svg class="plot" width="{w + 200}" height="{h}" data-split="{html.escape(split)}">{"".join(parts)}</svg>'
 
 
-def _page(rows: Sequence[Row], version: str, links: dict[str, str], nav: str, metric: str) -> str:
-    direction = "lower" if metric in LOWER_IS_BETTER else "higher"
+def _page(
+    rows: Sequence[Row],
+    version: str,
+    links: dict[str, str],
+    nav: str,
+    metric: str,
+    manifests: dict[str, dict],
+) -> str:
     sections = []
     for split in sorted({r.split for r in rows}):
         split_rows = [r for r in rows if r.split == split]
-        sections.append(_table(split, split_rows, links) + _plot(split, split_rows, metric))
+        sections.append(
+            _split_header(split, manifests.get(split))
+            + _headline_table(split, split_rows, metric, links)
+            + _plot(split, split_rows, metric)
+            + _audit_table(split, split_rows)
+        )
     return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>fedsynth leaderboard {version}</title>"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>fedsynth leaderboard {html.escape(version)}</title>"
         f"<style>{STYLE}</style></head><body><h1>fedsynth leaderboard</h1>{nav}"
-        f"<p>Version {html.escape(version)}; plots show {html.escape(metric)} ({direction} is better) "
-        f"against ε. ε is recomputed by the harness from each run's ledger. Click a column to sort.</p>"
+        f"<p>Version {html.escape(version)}. Each split leads with {html.escape(metric_label(metric))}: "
+        "mean ± 95% CI over seeds and the share of the public-only → non-private gap it closes. "
+        "<span class='badge bound'>bound</span> rows anchor that scale, "
+        "<span class='badge control'>control</span> rows calibrate it (the oracle releases real "
+        "private texts without privacy); neither is ranked. ε is recomputed by the harness from "
+        "each run's ledger. Click a column to sort.</p>"
         + ("".join(sections) or "<p>No entries yet.</p>")
         + f"<script>{SORT_JS}</script></body></html>"
     )
@@ -157,34 +264,64 @@ def _nav(all_versions: Sequence[str], current: str, prefix: str) -> str:
     return f'<p class="versions">Versions (newest first): {" · ".join(items)}</p>'
 
 
+def _record_name(row: Row) -> str:
+    """Where a row's entry is copied under ``records/`` (a secondary store in a subfolder)."""
+    return f"{row.store}/{row.path}" if row.store else row.path
+
+
+def _manifests(root: Path, version: str) -> dict[str, dict]:
+    found = {}
+    for path in sorted((root / version / MANIFESTS_DIR).glob("*.json")):
+        manifest = json.loads(path.read_text())
+        found[manifest.get("name", path.stem.split("@")[0])] = manifest
+    return found
+
+
 def write_site(
-    results_root: Path, out_dir: Path, metric: str = DEFAULT_METRIC, shown: str | None = None
+    results_root: Path,
+    out_dir: Path,
+    metric: str = DEFAULT_METRIC,
+    shown: str | None = None,
+    others: dict[str, Path] | None = None,
 ) -> Path:
     """One page per leaderboard version (``<version>/index.html``, with copies of its
     entries) and ``index.html`` showing ``shown`` (default: the newest); every page links
-    to every version, so old versions stay browsable."""
+    to every version, so old versions stay browsable. Rows of the ``others`` stores (label
+    → root, e.g. the published store beside a user's own) appear labelled beside them."""
+    roots = {"": results_root, **(others or {})}
     grouped = rows_by_version(results_root)
+    for label, root in (others or {}).items():
+        if root.exists() and root.resolve() != results_root.resolve():
+            for version, rows in rows_by_version(root).items():
+                grouped.setdefault(version, []).extend(labelled(rows, label))
     all_versions = list(grouped)
     shown = shown or (all_versions[-1] if all_versions else "none")
     out_dir.mkdir(parents=True, exist_ok=True)
     for version, rows in grouped.items():
+        manifests: dict[str, dict] = {}
+        for root in reversed(roots.values()):
+            manifests.update(_manifests(root, version))
         links = {}
         for row in rows:
-            target = out_dir / version / "records" / row.path
+            target = out_dir / version / "records" / _record_name(row)
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(results_root / row.path, target)
-            links[row.path] = f"records/{row.path}"
-        page = _page(rows, version, links, _nav(all_versions, version, "../"), metric)
-        (out_dir / version / "index.html").write_text(page)
+            shutil.copyfile(roots[row.store] / row.path, target)
+            links[_record_name(row)] = f"records/{_record_name(row)}"
+        nav = _nav(all_versions, version, "../")
+        (out_dir / version / "index.html").write_text(
+            _page(rows, version, links, nav, metric, manifests)
+        )
         (out_dir / version / "entries.json").write_text(
             json.dumps([r.entry for r in rows], indent=1)
         )
         if version == shown:
             root_links = {k: f"{version}/{v}" for k, v in links.items()}
-            index = _page(rows, version, root_links, _nav(all_versions, version, ""), metric)
-            (out_dir / "index.html").write_text(index)
+            nav = _nav(all_versions, version, "")
+            (out_dir / "index.html").write_text(
+                _page(rows, version, root_links, nav, metric, manifests)
+            )
     if shown not in all_versions:
         (out_dir / "index.html").write_text(
-            _page([], shown, {}, _nav(all_versions, shown, ""), metric)
+            _page([], shown, {}, _nav(all_versions, shown, ""), metric, {})
         )
     return out_dir / "index.html"

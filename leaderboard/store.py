@@ -7,7 +7,7 @@ import json
 import math
 import os
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC
 from pathlib import Path
 from typing import Any
@@ -105,7 +105,11 @@ def versions(root: Path) -> list[str]:
 
 @dataclass(frozen=True)
 class Row:
-    """One indexed entry: the columns tables filter and sort on, plus the entry itself."""
+    """One indexed entry: the columns tables filter and sort on, plus the entry itself.
+
+    ``path`` is relative to the store root; ``store`` labels rows read from a store other
+    than the primary one (e.g. ``yours`` for a user's own runs beside the published ones).
+    """
 
     leaderboard_version: str
     split: str
@@ -115,6 +119,12 @@ class Row:
     guarantee: str
     path: str
     entry: dict[str, Any]
+    store: str = ""
+
+
+def labelled(rows: list[Row], label: str) -> list[Row]:
+    """Rows of a secondary store, their method shown as ``name (label)``."""
+    return [replace(r, method=f"{r.method} ({label})", store=label) for r in rows]
 
 
 def _eps(value: float | str) -> float:
@@ -166,6 +176,20 @@ def query(
     rows = _select(db_path, sql, args)
     if epsilon_budget is not None:
         rows = [r for r in rows if r.epsilon_budget in (epsilon_budget, 0.0, math.inf)]
+    return rows
+
+
+def query_with(
+    root: Path, others: dict[str, Path], *, version: str | None = None, **filters: Any
+) -> list[Row]:
+    """``query(root)`` plus the same version's rows of each other store, labelled."""
+    rows = query(root, version=version, **filters) if root.exists() else []
+    version = version or (rows[0].leaderboard_version if rows else None)
+    for label, other in others.items():
+        if other.exists() and other.resolve() != root.resolve() and entry_files(other):
+            other_version = version or (versions(other) or [None])[-1]
+            rows += labelled(query(other, version=other_version, **filters), label)
+            version = other_version
     return rows
 
 

@@ -22,13 +22,15 @@ from leaderboard.store import write_entry, write_manifest, write_version
 PUBLISHED_METHODS = (
     "public_only",
     "nonprivate",
+    "oracle",
     "dp_fedavg",
     "dp_ftrl",
     "pre_text",
     "pe_sft",
     "popri",
 )
-BOUND_EPSILONS = {"public_only": 0.0, "nonprivate": math.inf}
+# Budgets fixed by what the row is: the ε = 0 / ε = ∞ bounds and the (non-private) control.
+FIXED_EPSILONS = {"public_only": 0.0, "nonprivate": math.inf, "oracle": math.inf}
 STANDARD_METRICS = (
     {"name": "next_token", "settings": {}},
     {"name": "fid", "settings": {}},
@@ -52,7 +54,7 @@ class Suite:
     downstream: dict[str, Any] = field(default_factory=dict)
 
     def budgets(self, method: str) -> tuple[float, ...]:
-        return (BOUND_EPSILONS[method],) if method in BOUND_EPSILONS else self.epsilons
+        return (FIXED_EPSILONS[method],) if method in FIXED_EPSILONS else self.epsilons
 
     def spec(self, method: str, epsilon: float, seed: int, split_path: Path) -> RunSpec:
         return spec_from_dict(

@@ -1,4 +1,5 @@
-"""Paper-style tables: methods × ε for one metric, best per column in bold, plus gap closed."""
+"""Paper-style tables: methods × ε for one metric, mean ± 95 % CI over seeds, gap closed, and
+the best *ranked* method per column in bold (bounds and controls are shown, never ranked)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,39 @@ from leaderboard.store import Row
 LOWER_IS_BETTER = ("next_token.ce", "fid.fid", "mia.loss_auc", "mia.calibrated_auc", "dcr.auc")
 DEFAULT_METRIC = "next_token.top1"
 BOUND_METHODS = {"public_only": 0.0, "nonprivate": math.inf}
+ROLE_ORDER = {"bound": 0, "control": 1, "method": 2}
+METRIC_LABELS = {
+    "next_token.top1": "next-token top-1",
+    "next_token.top3": "next-token top-3",
+    "next_token.ce": "cross-entropy (nats)",
+    "next_token.validation_top1": "validation top-1",
+    "next_token.selected_epoch": "selected epoch",
+    "fid.fid": "FID",
+    "mauve.mauve": "MAUVE",
+    "mia.loss_auc": "MIA loss AUC",
+    "mia.calibrated_auc": "MIA calibrated AUC",
+    "mia.reference_loss_auc": "MIA reference AUC",
+    "dcr.auc": "DCR AUC",
+}
+
+
+def metric_label(metric: str) -> str:
+    """A human column label with its direction, e.g. ``next-token top-1 ↑``."""
+    arrow = "↓" if metric in LOWER_IS_BETTER else "↑"
+    return f"{METRIC_LABELS.get(metric, metric)} {arrow}"
+
+
+def role_of(row: Row) -> str:
+    """Entries from before roles existed are ranked methods unless they are the bounds."""
+    default = "bound" if row.method in BOUND_METHODS else "method"
+    return row.entry["method"].get("role", default)
+
+
+@dataclass(frozen=True)
+class Cell:
+    mean: float
+    ci_half: float | None  # half-width of the 95 % t-interval over seeds (None: one seed)
+    n: int
 
 
 @dataclass
@@ -21,7 +55,8 @@ class Table:
     metric: str
     epsilons: list[float]
     methods: list[str]
-    cells: dict[tuple[str, float], tuple[float, float | None]]  # (mean, std)
+    roles: dict[str, str]
+    cells: dict[tuple[str, float], Cell]
     gap: dict[tuple[str, float], float]
     best: dict[float, str]
 
@@ -30,15 +65,18 @@ class Table:
         return {
             "split": self.split,
             "metric": self.metric,
+            "label": metric_label(self.metric),
             "lower_is_better": self.metric in LOWER_IS_BETTER,
             "epsilons": [fmt(e) for e in self.epsilons],
             "rows": [
                 {
                     "method": m,
+                    "role": self.roles[m],
                     **{
                         f"eps={fmt(e)}": {
-                            "mean": self.cells[m, e][0],
-                            "std": self.cells[m, e][1],
+                            "mean": self.cells[m, e].mean,
+                            "ci95_half_width": self.cells[m, e].ci_half,
+                            "seeds": self.cells[m, e].n,
                             "gap_closed": self.gap.get((m, e)),
                             "best": self.best.get(e) == m,
                         }
@@ -55,50 +93,67 @@ def format_epsilon(eps: float) -> str:
     return "inf" if math.isinf(eps) else f"{eps:g}"
 
 
+def cell_of(summary: dict) -> Cell:
+    low, high = summary.get("ci_low"), summary.get("ci_high")
+    half = None if low is None or high is None else (high - low) / 2
+    return Cell(summary["mean"], half, int(summary.get("n", 1)))
+
+
 def build_table(rows: Sequence[Row], split: str, metric: str = DEFAULT_METRIC) -> Table:
     rows = [r for r in rows if r.split == split and metric in r.entry["metrics"]]
-    cells = {}
-    for row in rows:
-        summary = row.entry["metrics"][metric]
-        cells[row.method, row.epsilon_budget] = (summary["mean"], summary["std"])
+    cells = {(r.method, r.epsilon_budget): cell_of(r.entry["metrics"][metric]) for r in rows}
+    roles = {r.method: role_of(r) for r in rows}
     epsilons = sorted({e for _, e in cells})
-    methods = sorted({m for m, _ in cells}, key=lambda m: (m not in BOUND_METHODS, m))
+    methods = sorted(roles, key=lambda m: (ROLE_ORDER[roles[m]], m))
     anchors = {b: cells.get((b, e)) for b, e in BOUND_METHODS.items()}
     gap = {}
     if all(anchors.values()):
-        low, high = anchors["public_only"][0], anchors["nonprivate"][0]
+        low, high = anchors["public_only"].mean, anchors["nonprivate"].mean
         if low != high:
-            gap = {key: gap_closed(mean, low, high) for key, (mean, _) in cells.items()}
+            gap = {key: gap_closed(cell.mean, low, high) for key, cell in cells.items()}
     sign = -1 if metric in LOWER_IS_BETTER else 1
     best = {}
     for eps in epsilons:
-        contenders = [(sign * cells[m, eps][0], m) for m in methods if (m, eps) in cells]
-        best[eps] = max(contenders)[1]
-    return Table(split, metric, epsilons, methods, cells, gap, best)
+        contenders = [
+            (sign * cells[m, eps].mean, m)
+            for m in methods
+            if (m, eps) in cells and roles[m] == "method"
+        ]
+        if contenders:
+            best[eps] = max(contenders)[1]
+    return Table(split, metric, epsilons, methods, roles, cells, gap, best)
+
+
+def format_cell(cell: Cell, digits: int = 4) -> str:
+    text = f"{cell.mean:.{digits}f}"
+    return text + (f" ± {cell.ci_half:.{digits}f}" if cell.ci_half is not None else "")
 
 
 def render_text(table: Table, bold: tuple[str, str] = ("\033[1m", "\033[0m")) -> str:
-    """A fixed-width table; ``bold`` wraps the best cell of each ε column."""
-    header = ["method"] + [f"ε={format_epsilon(e)}" for e in table.epsilons]
+    """A fixed-width table: mean ± 95 % CI half-width (n seeds) and gap closed per cell;
+    ``bold`` wraps the best ranked method of each ε column."""
+    header = ["method", "role"] + [f"ε={format_epsilon(e)}" for e in table.epsilons]
     lines = []
     for method in table.methods:
-        cells = [method]
+        cells = [method, table.roles[method]]
         for eps in table.epsilons:
             if (method, eps) not in table.cells:
                 cells.append("")
                 continue
-            mean, std = table.cells[method, eps]
-            text = f"{mean:.4f}" + (f"±{std:.4f}" if std is not None else "")
+            cell = table.cells[method, eps]
+            text = f"{format_cell(cell)} (n={cell.n})"
             if (method, eps) in table.gap and method not in BOUND_METHODS:
-                text += f" (gap {100 * table.gap[method, eps]:.0f}%)"
+                text += f" gap {100 * table.gap[method, eps]:.0f}%"
             if table.best.get(eps) == method:
                 text = f"{bold[0]}{text}{bold[1]}"
             cells.append(text)
         lines.append(cells)
     visible = [[_strip(c, bold) for c in row] for row in [header, *lines]]
     widths = [max(len(r[i]) for r in visible) for i in range(len(header))]
-    direction = "lower" if table.metric in LOWER_IS_BETTER else "higher"
-    out = [f"{table.split} — {table.metric} ({direction} is better)"]
+    out = [
+        f"{table.split} — {metric_label(table.metric)} "
+        "(mean ± 95% CI half-width over n seeds; gap closed = share of public_only → nonprivate)"
+    ]
     for raw, vis in zip([header, *lines], visible, strict=True):
         out.append(
             "  ".join(c + " " * (w - len(v)) for c, v, w in zip(raw, vis, widths, strict=True))

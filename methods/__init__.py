@@ -5,6 +5,7 @@ from benchmark.registry import METHODS
 _BUILTIN_METHODS = {
     "public_only": "methods.bounds:PublicOnly",
     "nonprivate": "methods.bounds:NonPrivate",
+    "oracle": "methods.oracle:Oracle",
     "dp_fedavg": "methods.dp_fedavg:DPFedAvg",
     "dp_ftrl": "methods.dp_ftrl:DPFTRL",
     "pre_text": "methods.pre_text:PreText",

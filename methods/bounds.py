@@ -38,6 +38,7 @@ class PublicOnly(Method):
     """ε = 0: the shared public starting point, released as is."""
 
     name = "public_only"
+    role = "bound"
     artifact_kind = "model"
     privacy_units = ("user", "sample", "central")
     configs = PUBLIC_START_CONFIGS
@@ -54,6 +55,7 @@ class NonPrivate(Method):
     """ε = ∞: the public start fine-tuned on the centralised private training texts."""
 
     name = "nonprivate"
+    role = "bound"
     artifact_kind = "model"
     privacy_units = ("user", "sample", "central")
     configs = {

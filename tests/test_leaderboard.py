@@ -142,13 +142,16 @@ def test_table_and_cli_show(store):
     table = build_table(query(store), "toy", METRIC)
     assert table.epsilons == [1.0, 4.0]
     text = render_text(table, ("*", "*"))
-    assert "*0.5100±0.0100*" in text and "*0.6100±0.0100*" in text
+    # mean ± 95% t-interval half-width over the 3 seeds (0.50, 0.51, 0.52): 4.303 * 0.01 / √3
+    assert "*0.5100 ± 0.0248 (n=3)*" in text and "*0.6100 ± 0.0248 (n=3)*" in text
+    assert table.roles == {"test_noisy_rounds": "method"}
     result = CliRunner().invoke(
         cli, ["leaderboard", "show", "--results", str(store), "--metric", METRIC, "--json"]
     )
     assert result.exit_code == 0, result.output
     [table_json] = json.loads(result.output)
     assert table_json["rows"][0]["eps=4"]["mean"] == pytest.approx(0.61)
+    assert table_json["rows"][0]["eps=4"]["seeds"] == 3
 
 
 def chromium_driver():
@@ -189,14 +192,14 @@ def test_site_renders_and_sorts_in_headless_chromium(store, tmp_path):
     try:
         driver.get((site / "index.html").as_uri())  # the newest version, one entry
         assert newer in driver.title
-        assert len(driver.find_elements(By.CSS_SELECTOR, "table.sortable tbody tr")) == 1
+        assert len(driver.find_elements(By.CSS_SELECTOR, "table.headline tbody tr")) == 1
         driver.find_element(By.LINK_TEXT, old).click()  # an old version stays browsable
         assert old in driver.title
-        table = driver.find_element(By.CSS_SELECTOR, "table.sortable[data-split=toy]")
+        table = driver.find_element(By.CSS_SELECTOR, "table.headline[data-split=toy]")
         rows = table.find_elements(By.CSS_SELECTOR, "tbody tr")
         assert len(rows) == 2
         headers = [th.text for th in table.find_elements(By.TAG_NAME, "th")]
-        column = headers.index(METRIC)
+        column = headers.index(f"{METRIC} ↑ (mean ± 95% CI)")
 
         def column_values():
             cells = table.find_elements(By.CSS_SELECTOR, f"tbody tr td:nth-child({column + 1})")

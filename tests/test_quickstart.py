@@ -11,26 +11,36 @@ from leaderboard.suites import PUBLISHED_METHODS
 ADAPTER = __file__.replace("test_quickstart.py", "example_adapter.py")
 
 
-def table(output: str) -> list[str]:
-    lines = output.splitlines()
-    start = next(i for i, line in enumerate(lines) if "(higher is better)" in line)
-    end = next(i for i, line in enumerate(lines) if line.startswith("site:"))
-    return lines[start:end]
+def tree_bytes(root):
+    return {p: p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def test_quickstart_prints_the_table_writes_the_site_and_ranks_a_submission(tmp_path):
+    published = tmp_path / "published"
     store = [
         *("--results", str(tmp_path / "results")),
         *("--runs", str(tmp_path / "runs")),
         *("--splits", str(tmp_path / "splits")),
+        *("--published", str(published)),
     ]
     site = tmp_path / "site"
+    first = CliRunner().invoke(
+        cli, ["quickstart", "--suite", "tiny", *store[:6], "--site", str(site)]
+    )
+    assert first.exit_code == 0, first.output
+    # the user's first run becomes "the published store" of the next one; a second user's
+    # quickstart then writes only to its own store, and shows the published rows beside.
+    (tmp_path / "results").rename(published)
+    before = tree_bytes(published)
     result = CliRunner().invoke(cli, ["quickstart", "--suite", "tiny", *store, "--site", str(site)])
     assert result.exit_code == 0, result.output
-    assert "next_token.top1 (higher is better)" in result.output
+    assert tree_bytes(published) == before  # published entries and manifests untouched
+    assert "next-token top-1 ↑" in result.output
     printed = {line.split()[0] for line in result.output.splitlines() if line.strip()}
     assert set(PUBLISHED_METHODS) <= printed
+    assert "oracle (published)" in result.output and "control" in result.output
     assert (site / "index.html").exists() and "quickstart finished in" in result.output
+    assert "(published)" in (site / "index.html").read_text()
 
     again = CliRunner().invoke(cli, ["quickstart", "--suite", "tiny", *store, "--site", str(site)])
     assert (
@@ -44,5 +54,12 @@ def test_quickstart_prints_the_table_writes_the_site_and_ranks_a_submission(tmp_
     shown = CliRunner().invoke(cli, ["leaderboard", "show", *store[:2], "--json"])
     [table] = json.loads(shown.output)
     assert {r["method"] for r in table["rows"]} == {*PUBLISHED_METHODS, "example_public_selection"}
+    roles = {r["method"]: r["role"] for r in table["rows"]}
+    assert roles["oracle"] == "control" and roles["public_only"] == "bound"
+    mine = CliRunner().invoke(
+        cli, ["leaderboard", "show", "--results", str(published), "--mine", store[1], "--json"]
+    )
+    [both] = json.loads(mine.output)
+    assert "example_public_selection (yours)" in {r["method"] for r in both["rows"]}
     verified = CliRunner().invoke(cli, ["leaderboard", "verify", *store[:2]])
-    assert verified.exit_code == 0 and "all 8 entries verified" in verified.output
+    assert verified.exit_code == 0 and "all 9 entries verified" in verified.output

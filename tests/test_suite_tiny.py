@@ -42,7 +42,7 @@ def test_adapter_runs_on_kjv_and_its_epsilon_is_the_ledgers(entries, method):
     assert recomputed <= budget + 1e-9
     if method == "public_only":
         assert ledger == [] and claimed == 0
-    elif method == "nonprivate":
+    elif method in ("nonprivate", "oracle"):
         assert math.isinf(claimed)
     else:  # DP methods spend (almost all of) their budget through harness releases
         assert 0.9 * budget <= recomputed and all(r["noise_multiplier"] > 0 for r in ledger)
@@ -50,3 +50,5 @@ def test_adapter_runs_on_kjv_and_its_epsilon_is_the_ledgers(entries, method):
     # model releases are scored on texts sampled from the released model
     assert math.isfinite(entry["metrics"]["fid.fid"]["mean"])
     assert entry["contamination"]["verdict"] == "contaminated"  # KJV is a demo corpus
+    expected_role = {"public_only": "bound", "nonprivate": "bound", "oracle": "control"}
+    assert entry["method"]["role"] == expected_role.get(method, "method")

@@ -19,6 +19,15 @@ RESULTS = click.option(
     show_default=True,
     help="Root of the results store (results/<leaderboard-version>/...).",
 )
+MINE = click.option(
+    "--mine",
+    "mine_dir",
+    type=click.Path(file_okay=False),
+    default="my-results",
+    show_default=True,
+    help="Your own runs' store (quickstart/submit write there); shown beside --results, "
+    "marked '(yours)', when it exists.",
+)
 VERSION = click.option(
     "--version", "version", default=None, help="Leaderboard version (default: newest)."
 )
@@ -31,6 +40,7 @@ def leaderboard_group() -> None:
 
 @leaderboard_group.command("show")
 @RESULTS
+@MINE
 @VERSION
 @click.option("--dataset", default=None, help="Only this split name.")
 @click.option("--metric", default="next_token.top1", show_default=True, help="Metric to tabulate.")
@@ -40,17 +50,25 @@ def leaderboard_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the tables as JSON.")
 def show(
     results_dir: str,
+    mine_dir: str,
     version: str | None,
     dataset: str | None,
     metric: str,
     epsilon: float | None,
     as_json: bool,
 ) -> None:
-    """Print methods × ε tables like the papers' (best per column in bold, gap closed)."""
-    from leaderboard.store import query
+    """Print methods × ε tables like the papers': mean ± 95% CI over seeds, gap closed, the
+    best ranked method per column in bold (bounds and controls are marked, not ranked)."""
+    from leaderboard.store import query_with
     from leaderboard.tables import build_table, render_text
 
-    rows = query(Path(results_dir), version=version, split=dataset, epsilon_budget=epsilon)
+    rows = query_with(
+        Path(results_dir),
+        {"yours": Path(mine_dir)},
+        version=version,
+        split=dataset,
+        epsilon_budget=epsilon,
+    )
     if not rows:
         raise click.ClickException(f"no leaderboard entries under {results_dir}")
     tables = [build_table(rows, split, metric) for split in sorted({r.split for r in rows})]

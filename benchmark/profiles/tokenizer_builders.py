@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -32,21 +33,27 @@ def _wrap(tokenizer_object: Any, **special: str) -> Any:
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer_object, **special)
 
 
-def _train_tiny_bpe() -> Any:
+def train_bytelevel_bpe(corpus: Iterable[str], vocab_size: int) -> Any:
+    """A byte-level BPE (GPT-2 style, any byte encodable) with eos, pad and mask tokens."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=TINY_VOCAB_SIZE,
+        vocab_size=vocab_size,
         min_frequency=2,
         special_tokens=[EOS, PAD, MASK],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(TINY_CORPUS, trainer=trainer)
+    tok.train_from_iterator(corpus, trainer=trainer)
     return tok
+
+
+def wrap_bytelevel_bpe(tok: Any) -> Any:
+    """The transformers tokenizer of a :func:`train_bytelevel_bpe` tokenizer."""
+    return _wrap(tok, bos_token=EOS, eos_token=EOS, pad_token=PAD, mask_token=MASK)
 
 
 def tiny_tokenizer_key() -> str:
@@ -65,12 +72,12 @@ def tiny_tokenizer() -> Any:
     if path.exists():
         tok = Tokenizer.from_file(str(path))
     else:
-        tok = _train_tiny_bpe()
+        tok = train_bytelevel_bpe(TINY_CORPUS, TINY_VOCAB_SIZE)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tok.save(str(tmp))
         os.replace(tmp, path)
-    return _wrap(tok, bos_token=EOS, eos_token=EOS, pad_token=PAD, mask_token=MASK)
+    return wrap_bytelevel_bpe(tok)
 
 
 def gpt2_bpe_file() -> Path:
