@@ -12,6 +12,15 @@ The division by ``max(1, ||Scores||)`` of Algorithm 4 is the pool's per-client c
 1 (``ClientPool.aggregate(clip_norm=1.0)``); the pool also adds the Gaussian noise (Alg. 1,
 l. 17) and records the release.
 
+Per-client standardisation (``standardize=True``): the public reference code z-scores each
+client's score vector over the K·J samples (subtract its mean, divide by its standard
+deviation) before clipping; Algorithm 4 does not. It runs client side on the client's own
+row before the pool clips, so it changes no sensitivity and costs no privacy. Its effect:
+every client's row then has norm √(K·J) before clipping, so every client contributes a unit
+vector that says only *which samples it prefers relative to its own average*, and clients
+whose texts are close to every synthetic sample no longer dominate the sum. A row with zero
+variance (a client indifferent to all samples) becomes all zeros.
+
 Choice where the paper is silent: the client embeds its texts with the same embedder the
 server used for the synthetic samples (Alg. 1, l. 4 and l. 13 use the same Γ), and both sides
 re-normalise rows so the score is a cosine similarity even for an embedder whose outputs are
@@ -54,6 +63,14 @@ def similarity_scores(client_means: np.ndarray, synthetic: np.ndarray) -> np.nda
     return np.matmul(np.asarray(client_means, dtype=np.float32), unit_rows(synthetic).T)
 
 
+def standardize_rows(scores: np.ndarray) -> np.ndarray:
+    """Each row z-scored over its own entries; zero-variance rows become zeros (float32)."""
+    scores = np.asarray(scores, dtype=np.float32)
+    centred = scores - scores.mean(axis=1, keepdims=True)
+    std = scores.std(axis=1, keepdims=True)
+    return np.where(std > 0, centred / np.where(std > 0, std, 1), 0).astype(np.float32)
+
+
 class SimilarityScorer:
     """The client-side function of a POPri round, for ``ClientPool.aggregate(batched=True)``.
 
@@ -61,15 +78,17 @@ class SimilarityScorer:
     client returns its row of mean cosine similarities.
     """
 
-    def __init__(self, embedder: Embedder) -> None:
+    def __init__(self, embedder: Embedder, standardize: bool = False) -> None:
         self.embedder = embedder
+        self.standardize = standardize
         self.memo_key = f"popri/mean_unit_embedding/{embedder.name}"
 
     def _means(self, clients: list[ClientData]) -> np.ndarray:
         return mean_unit_embeddings(self.embedder, clients)
 
     def __call__(self, batch: ClientBatch, synthetic: np.ndarray) -> np.ndarray:
-        return similarity_scores(batch.memo_rows(self.memo_key, self._means), synthetic)
+        scores = similarity_scores(batch.memo_rows(self.memo_key, self._means), synthetic)
+        return standardize_rows(scores) if self.standardize else scores
 
 
 def preference_indices(

@@ -8,7 +8,7 @@ from benchmark.federation.pool import ClientPool
 from benchmark.privacy.ledger import PrivacyLedger
 from benchmark.profiles.base import Embedder
 from benchmark.profiles.embedders import HashedNgramEmbedder
-from methods.popri_scoring import SimilarityScorer, preference_indices
+from methods.popri_scoring import SimilarityScorer, preference_indices, standardize_rows
 
 WORDS = ("river", "garden", "market", "stone", "harbour", "forest", "bread", "song")
 
@@ -159,3 +159,23 @@ def test_preference_indices_pick_rank_one_and_rank_l_per_prompt():
     for bad in (1, 5):
         with pytest.raises(ValueError, match="rejected_rank"):
             preference_indices(scores, 3, 4, rejected_rank=bad)
+
+
+def test_standardisation_z_scores_each_clients_row_before_the_pools_clipping():
+    embedder = ScaledCountingEmbedder()
+    texts = client_texts(5)
+    syn = synthetic(embedder, 8)
+    raw = loop_reference(embedder, texts, syn)
+    z = (raw - raw.mean(axis=1, keepdims=True)) / raw.std(axis=1, keepdims=True)
+    clients = [ClientData([{"text": t} for t in ts], {}) for ts in texts.values()]
+    with client_scope():
+        rows = SimilarityScorer(embedder, standardize=True)(ClientBatch(clients), syn)
+    np.testing.assert_allclose(rows, z, rtol=1e-4, atol=1e-4)
+    # each z-scored row has norm sqrt(K*J) > 1, so the pool scales every client to norm 1
+    expected = (z / np.linalg.norm(z, axis=1, keepdims=True)).sum(axis=0)
+    scorer = SimilarityScorer(embedder, standardize=True)
+    np.testing.assert_allclose(aggregate(pool_of(texts), scorer, syn), expected, atol=1e-4)
+
+
+def test_a_client_indifferent_to_every_sample_standardises_to_zeros():
+    np.testing.assert_array_equal(standardize_rows(np.full((2, 5), 0.3)), np.zeros((2, 5)))
