@@ -15,7 +15,12 @@ from benchmark.profiles import ModelUnavailableError, cache_dir, get_profile
 from benchmark.profiles.base import SamplingParams
 from benchmark.profiles.fillers import CausalSpanFiller, MLMFiller, choose_mask, sample_tokens
 from benchmark.profiles.packaged import packaged_file
-from benchmark.profiles.tokenizer_builders import _train_tiny_bpe, tiny_tokenizer
+from benchmark.profiles.tiny_corpus import TINY_CORPUS
+from benchmark.profiles.tokenizer_builders import (
+    TINY_VOCAB_SIZE,
+    tiny_tokenizer,
+    train_bytelevel_bpe,
+)
 
 TEXT = "The cat sat on the mat and watched the rain fall on the garden while the dog slept."
 
@@ -63,7 +68,10 @@ def test_missing_carrier_package_is_a_clear_error():
 
 
 def test_tiny_tokenizer_is_deterministic_and_lossless(tiny):
-    assert _train_tiny_bpe().to_str() == _train_tiny_bpe().to_str()
+    def train():
+        return train_bytelevel_bpe(TINY_CORPUS, TINY_VOCAB_SIZE).to_str()
+
+    assert train() == train()
     tok = tiny.ondevice_lm().tokenizer
     assert tok.backend_tokenizer.to_str() == tiny_tokenizer().backend_tokenizer.to_str()
     assert 256 + 3 < len(tok) <= 512  # bytes + specials + learned merges
@@ -371,10 +379,11 @@ def test_cpu_embedder(cpu):
 
 @pytest.mark.slow
 def test_cpu_ondevice_lm(cpu):
-    lm = cpu.ondevice_lm()
-    assert lm.tokenizer("Hello world")["input_ids"] == [15496, 995]
-    assert len(lm.tokenizer) == 50257 and lm.tokenizer.eos_token_id == 50256
+    lm = cpu.ondevice_lm()  # pretrained on the packaged dialogue corpus (cached)
+    ids = lm.tokenizer("Hello world, how are you?")["input_ids"]
+    assert lm.tokenizer.decode(ids) == "Hello world, how are you?"
+    assert len(lm.tokenizer) == 8192 and lm.tokenizer.eos_token == "<|endoftext|>"
     model = lm.new_model(0)
-    assert 10e6 < sum(p.numel() for p in model.parameters()) < 25e6
-    ids = torch.tensor([lm.tokenizer("Hello world")["input_ids"]])
-    assert model(ids).logits.shape == (1, 2, 50257)
+    assert 4e6 < sum(p.numel() for p in model.parameters()) < 7e6
+    assert model(torch.tensor([ids])).logits.shape == (1, len(ids), 8192)
+    assert torch.equal(lm.new_model(1).transformer.wte.weight, model.transformer.wte.weight)

@@ -47,8 +47,7 @@ def run_with_progress(
     from leaderboard.suites import get_suite, run_suite
 
     suite = get_suite(suite_name)
-    todo = methods or list(suite.methods)
-    total = sum(len(suite.budgets(m)) * len(suite.seeds) for m in todo)
+    total = len(suite.grid(methods))
     with tqdm(total=total, desc=f"suite {suite_name}", unit="run") as bar:
 
         def advance(label: str) -> None:
@@ -58,7 +57,7 @@ def run_with_progress(
         try:
             return run_suite(
                 suite,
-                methods=todo,
+                methods=methods,
                 results_root=Path(results),
                 runs_root=Path(runs),
                 splits_root=Path(splits),

@@ -22,7 +22,7 @@ from benchmark.profiles import smollm2
 from benchmark.profiles.base import ModelProfile
 from benchmark.profiles.embedders import SentenceTransformerEmbedder
 from benchmark.profiles.fillers import CausalSpanFiller
-from benchmark.profiles.hf_generator import HFGenerator
+from benchmark.profiles.hf_generator import HFGenerator, sampling_precision
 from benchmark.profiles.ondevice import GPT2Shape
 from benchmark.profiles.packaged import distribution_version, packaged_file
 from benchmark.profiles.pretraining import PretrainedGPT2LM, PretrainSpec, pretrained_ondevice_lm
@@ -48,7 +48,7 @@ class CpuProfile(ModelProfile):
     @cached_property
     def _generator(self) -> HFGenerator:
         model, tokenizer = smollm2.load_smollm2()
-        return HFGenerator(model, tokenizer, GENERATOR_LABEL, batch_size=8)
+        return HFGenerator(model, tokenizer, GENERATOR_LABEL, batch_size=32, fast_sampling=True)
 
     @cached_property
     def _embedder(self) -> SentenceTransformerEmbedder:
@@ -83,6 +83,7 @@ class CpuProfile(ModelProfile):
         return {
             "profile": self.name,
             "generator": GENERATOR_LABEL,
+            "generator_sampling": sampling_precision(fast_sampling=True),
             "embedder": EMBEDDER_LABEL,
             "ondevice_lm": f"{spec.shape.label()} pretrained {spec.epochs} epoch(s) at lr "
             f"{spec.lr}, batch {spec.batch_size}, length {spec.max_length}, seed {spec.seed}",

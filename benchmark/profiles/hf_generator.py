@@ -10,10 +10,19 @@ Choices (the papers do not fix them):
 - An empty prompt becomes the BOS token so unconditional sampling works.
 - ``logprobs`` tokenises prompt and completion separately and concatenates them, so the
   scored tokens are exactly the completion's own tokens; no end-of-turn token is added.
+- ``fast_sampling``: sampling (never scoring or training) runs under bf16 autocast when
+  the CPU has native bf16 matrix kernels (AVX512-BF16 / AMX; oneDNN says so). Measured on
+  the 2-core AMD EPYC of this project (``benchmarks/bench_generation.py``, 3-shot prompts,
+  batch 32): fp32 1.50 texts/s, bf16 autocast 3.03 texts/s; fp32 matmul 201 GFLOP/s vs
+  bf16 827 GFLOP/s. Autocast keeps the fp32 weights untouched (LoRA / DPO train on them)
+  and casts per matmul. On a CPU without native bf16 it would be slower, so it stays fp32
+  there; the profile records which path ran (:func:`sampling_precision`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import Any
 
 import numpy as np
@@ -56,17 +65,38 @@ def encode_prompts(tokenizer: Any, prompts: list[str], chat: bool) -> list[list[
     return [list(x) if len(x) else [start_id(tokenizer)] for x in ids]
 
 
+@functools.cache
+def native_bf16() -> bool:
+    """Whether this CPU has native bf16 matrix kernels (oneDNN's check)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def sampling_precision(fast_sampling: bool, device: str = "cpu") -> str:
+    """The precision sampling runs at: ``bf16-autocast`` or ``fp32``."""
+    return "bf16-autocast" if fast_sampling and device == "cpu" and native_bf16() else "fp32"
+
+
 class HFGenerator(Generator):
     """Batched sampling and scoring with a transformers causal LM."""
 
     def __init__(
-        self, model: Any, tokenizer: Any, name: str, batch_size: int = 16, device: str = "cpu"
+        self,
+        model: Any,
+        tokenizer: Any,
+        name: str,
+        batch_size: int = 16,
+        device: str = "cpu",
+        fast_sampling: bool = False,
     ) -> None:
         self.model = model.to(device)
         self.tokenizer = tokenizer
         self.name = name
         self.batch_size = batch_size
         self.device = device
+        self.precision = sampling_precision(fast_sampling, device)
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
 
@@ -119,8 +149,13 @@ class HFGenerator(Generator):
         out: list[str] = [""] * len(rows)
         was_training = self.model.training
         self.model.eval()
+        autocast = (
+            torch.autocast("cpu", dtype=torch.bfloat16)
+            if self.precision == "bf16-autocast"
+            else contextlib.nullcontext()
+        )
         try:
-            with torch.no_grad(), seeded(params.seed):
+            with torch.no_grad(), seeded(params.seed), autocast:
                 starts = range(0, len(order), self.batch_size)
                 for start in progress(starts, f"generate {len(rows)}", unit="batch"):
                     chunk = order[start : start + self.batch_size]
