@@ -9,7 +9,10 @@ epoch selection, and that model is the ε = 0 release (``public_only``) and the 
 ``nonprivate``, ``dp_fedavg`` and ``dp_ftrl``. The ``cpu``/``tiny`` on-device LMs are
 random-init GPT-2s, so without this step they would start from noise.
 ``public_epochs: 0`` reproduces paper 000's convention (start = the profile's checkpoint).
-The step is deterministic given the seed, so the four adapters share the same start.
+The start is one fixed model per (profile, split, recipe), trained with
+:data:`PUBLIC_START_SEED` whatever the run's seed — like the papers' single public
+checkpoint: a run's seed varies what is trained on top of it, not the start, so every
+method and seed of a suite shares it (and it is built once).
 
 It lives in the harness (not in a method) because the evaluator also needs it: released
 text sets are fine-tuned downstream from this same start.
@@ -39,11 +42,15 @@ PUBLIC_START_CONFIGS: dict[str, dict[str, Any]] = {
     p: {**c, "max_length": 64}
     for p, c in {
         "tiny": {"public_epochs": 2, "public_lr": 2e-3, "public_batch_size": 16},
-        "cpu": {"public_epochs": 3, "public_lr": 1e-3, "public_batch_size": 32},
+        # cpu: the locally pretrained dialogue LM adapted to the split's public part; on the
+        # chitchat split it still gains ~0.01 validation top-1 per epoch at epoch 3 with lr
+        # 5e-4 (measured), so 6 epochs at 1e-3, the best validation epoch kept.
+        "cpu": {"public_epochs": 6, "public_lr": 1e-3, "public_batch_size": 32},
         "paper": {"public_epochs": 20, "public_lr": 2e-4, "public_batch_size": 256},
     }.items()
 }
 SELECT_ON = "top1"  # next-token accuracy, the papers' reported metric
+PUBLIC_START_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -112,14 +119,14 @@ def public_start(ctx: MethodContext, config: dict[str, Any]) -> Any:
     settings and the seed) and the four adapters of a quickstart train it once.
     """
     lm = ctx.profile.ondevice_lm()
-    model = lm.new_model(ctx.seed)
+    model = lm.new_model(PUBLIC_START_SEED)
     public, validation = [r[TEXT] for r in ctx.public], validation_texts(ctx)
     cfg = public_fine_tune(config)
     if cfg.epochs == 0 or not public:
         return model.eval()
     key = hashlib.sha256(
         json.dumps(
-            [ctx.profile.describe(), lm.name, public, validation, asdict(cfg), ctx.seed],
+            [ctx.profile.describe(), lm.name, public, validation, asdict(cfg), PUBLIC_START_SEED],
             sort_keys=True,
         ).encode()
     ).hexdigest()[:24]
@@ -127,7 +134,7 @@ def public_start(ctx: MethodContext, config: dict[str, Any]) -> Any:
     if path.exists():
         load_flat(model, torch.load(path, weights_only=True))
         return model.eval()
-    fine_tune(model, lm.tokenizer, public, validation, cfg, ctx.seed)
+    fine_tune(model, lm.tokenizer, public, validation, cfg, PUBLIC_START_SEED)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp-{os.getpid()}")
     torch.save(flat_params(model), tmp)

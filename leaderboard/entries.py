@@ -25,15 +25,21 @@ def version_definition(
     split_hashes: Sequence[str],
     metric_specs: Sequence[dict],
     downstream: dict[str, Any] | None = None,
+    instrument: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """What fixes a leaderboard version: its split versions and metric definitions (the
-    metrics, their settings, the downstream protocol they share, the code's definitions)."""
-    return {
+    metrics, their settings, the downstream protocol they share, the code's definitions)
+    and the instrument they measure with (the profile's on-device LM, its tokenizer and
+    the embedder: a new downstream model makes numbers incomparable)."""
+    definition = {
         "splits": sorted(split_hashes),
         "metrics": sorted(json.dumps(m, sort_keys=True) for m in metric_specs),
         "downstream": downstream or {},
         "metric_definitions": METRIC_DEFINITIONS_VERSION,
     }
+    if instrument:
+        definition["instrument"] = dict(sorted(instrument.items()))
+    return definition
 
 
 def version_of(definition: dict[str, Any]) -> str:

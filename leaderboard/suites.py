@@ -95,6 +95,29 @@ QUICK_METRICS = (
     {"name": "dcr", "settings": {"n_samples": 200}},
 )
 
+# The benchmark suite: the chitchat population (5,816 private train clients after the
+# 2018-05-01 cut, April 2018 public), the cpu profile, paper 000's budgets (ε = 1 over 3
+# seeds, ε = 7 over 1) at δ = 1e-5 < 1/N, every text release scored on 1,000 texts (and
+# 1,000 samples of a released model) with 500-sample audits. The federated methods run at
+# the papers' regime as far as 5,816 clients allow (partial participation, 100 clients
+# per round, as paper 002's cohorts); text releases are 1,000 texts.
+BENCH_METRICS = (
+    {"name": "next_token", "settings": {}},
+    {"name": "fid", "settings": {}},
+    {"name": "mia", "settings": {"n_samples": 500}},
+    {"name": "dcr", "settings": {"n_samples": 500}},
+)
+BENCH_FEDERATED = {"rounds": 20, "local_batch_size": 4, "select_every": 5}
+BENCH_PARAMS: dict[str, dict[str, Any]] = {
+    "nonprivate": {"epochs": 2},
+    "oracle": {"num_texts": 1000},
+    "dp_fedavg": {**BENCH_FEDERATED, "clients_per_round": 100},
+    "dp_ftrl": {**BENCH_FEDERATED, "cohort_size": 100},
+    "pre_text": {"population_size": 256, "iterations": 3, "lookahead": 1, "expand_size": 1000},
+    "pe_sft": {"population_size": 256, "iterations": 3, "lookahead": 1, "generate_size": 1000},
+    "popri": {"rounds": 3, "num_prompts": 64, "samples_per_prompt": 4, "num_synthetic": 1000},
+}
+
 SUITES = {
     "quick": Suite(
         name="quick",
@@ -107,6 +130,19 @@ SUITES = {
         metrics=QUICK_METRICS,
         method_params={"nonprivate": {"epochs": 1}},
         downstream={"model_samples": 64},
+    ),
+    "bench": Suite(
+        name="bench",
+        source="chitchat",
+        split_options={},
+        profile="cpu",
+        epsilons=(1.0, 7.0),
+        delta=1e-5,
+        seeds=(0, 1, 2),
+        seeds_by_epsilon={7.0: (0,)},
+        metrics=BENCH_METRICS,
+        method_params=BENCH_PARAMS,
+        downstream={"model_samples": 1000, "epochs": 3, "lr": 2e-4},
     ),
     "tiny": Suite(
         name="tiny",
@@ -126,6 +162,17 @@ def get_suite(name: str) -> Suite:
     if name not in SUITES:
         raise ValueError(f"unknown suite {name!r}; available: {sorted(SUITES)}")
     return SUITES[name]
+
+
+INSTRUMENT_KEYS = ("ondevice_lm", "ondevice_tokenizer", "ondevice_corpus", "embedder")
+
+
+def instrument(profile: str) -> dict[str, str]:
+    """The parts of a profile that measure every release (not the methods' own models)."""
+    from benchmark.profiles import get_profile
+
+    described = get_profile(profile).describe()
+    return {k: described[k] for k in INSTRUMENT_KEYS if k in described}
 
 
 def ensure_split(suite: Suite, splits_root: Path) -> Path:
@@ -159,7 +206,9 @@ def run_suite(
 
     split_path = ensure_split(suite, splits_root)
     split: FederatedSplit = load_split(split_path)
-    definition = version_definition([split.content_hash], suite.metrics, suite.downstream)
+    definition = version_definition(
+        [split.content_hash], suite.metrics, suite.downstream, instrument(suite.profile)
+    )
     lb_version = write_version(results_root, definition)
     write_manifest(results_root, lb_version, split.name, split.manifest)
     grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)

@@ -82,8 +82,10 @@ def test_a_new_split_or_metric_definition_starts_a_new_version():
         version_of(version_definition(["abd"], [{"name": "toy"}])),
         version_of(version_definition(["abc"], [{"name": "toy", "settings": {"n": 2}}])),
         version_of(version_definition(["abc"], [{"name": "toy"}], {"model_samples": 64})),
+        # a new downstream model is a new instrument: its numbers are not comparable
+        version_of(version_definition(["abc"], [{"name": "toy"}], {}, {"ondevice_lm": "b"})),
     ]
-    assert len({base, *changed}) == 4
+    assert len({base, *changed}) == 5
 
 
 def test_newest_version_is_shown_and_old_versions_stay_browsable(store, tmp_path):
