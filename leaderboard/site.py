@@ -289,7 +289,7 @@ def write_site(
     to every version, so old versions stay browsable. Rows of the ``others`` stores (label
     → root, e.g. the published store beside a user's own) appear labelled beside them."""
     roots = {"": results_root, **(others or {})}
-    grouped = rows_by_version(results_root)
+    grouped = rows_by_version(results_root) if results_root.exists() else {}
     for label, root in (others or {}).items():
         if root.exists() and root.resolve() != results_root.resolve():
             for version, rows in rows_by_version(root).items():

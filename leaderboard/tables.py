@@ -27,19 +27,26 @@ METRIC_LABELS = {
     "mia.calibrated_auc": "MIA calibrated AUC",
     "mia.reference_loss_auc": "MIA reference AUC",
     "dcr.auc": "DCR AUC",
+    "next_token.test_tokens": "test tokens",
+    "fid.n_real": "real texts scored",
+    "fid.n_synthetic": "released texts scored",
 }
+# Counts and chosen settings describe a run; they have no better direction.
+UNDIRECTED = ("next_token.selected_epoch", "next_token.test_tokens")
 
 
 def metric_label(metric: str) -> str:
     """A human column label with its direction, e.g. ``next-token top-1 ↑``."""
-    arrow = "↓" if metric in LOWER_IS_BETTER else "↑"
-    return f"{METRIC_LABELS.get(metric, metric)} {arrow}"
+    label = METRIC_LABELS.get(metric, metric)
+    if metric in UNDIRECTED or metric.rpartition(".")[2].startswith("n_"):
+        return label
+    return f"{label} {'↓' if metric in LOWER_IS_BETTER else '↑'}"
 
 
 def role_of(row: Row) -> str:
     """Entries from before roles existed are ranked methods unless they are the bounds."""
-    default = "bound" if row.method in BOUND_METHODS else "method"
-    return row.entry["method"].get("role", default)
+    name = row.entry["method"]["name"]
+    return row.entry["method"].get("role", "bound" if name in BOUND_METHODS else "method")
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,7 @@ class Cell:
     mean: float
     ci_half: float | None  # half-width of the 95 % t-interval over seeds (None: one seed)
     n: int
+    integer: bool = False  # every seed's value is a whole number (epochs, counts)
 
 
 @dataclass
@@ -96,7 +104,25 @@ def format_epsilon(eps: float) -> str:
 def cell_of(summary: dict) -> Cell:
     low, high = summary.get("ci_low"), summary.get("ci_high")
     half = None if low is None or high is None else (high - low) / 2
-    return Cell(summary["mean"], half, int(summary.get("n", 1)))
+    values = summary.get("values") or [summary["mean"]]
+    integer = all(float(v).is_integer() for v in values)
+    return Cell(summary["mean"], half, int(summary.get("n", 1)), integer)
+
+
+def anchors_by_store(rows: Sequence[Row], metric: str) -> dict[str, tuple[float, float]]:
+    """The (public_only, nonprivate) means of each store that has both bounds: a store's
+    rows are placed on its own bounds' scale (a user's full suite run on their machine),
+    else on the primary store's (a submission runs no bounds of its own)."""
+    found: dict[str, dict[str, float]] = {}
+    for row in rows:
+        name = row.entry["method"]["name"]
+        if BOUND_METHODS.get(name) == row.epsilon_budget and metric in row.entry["metrics"]:
+            found.setdefault(row.store, {})[name] = row.entry["metrics"][metric]["mean"]
+    return {
+        store: (bounds["public_only"], bounds["nonprivate"])
+        for store, bounds in found.items()
+        if len(bounds) == 2 and bounds["public_only"] != bounds["nonprivate"]
+    }
 
 
 def build_table(rows: Sequence[Row], split: str, metric: str = DEFAULT_METRIC) -> Table:
@@ -105,12 +131,12 @@ def build_table(rows: Sequence[Row], split: str, metric: str = DEFAULT_METRIC) -
     roles = {r.method: role_of(r) for r in rows}
     epsilons = sorted({e for _, e in cells})
     methods = sorted(roles, key=lambda m: (ROLE_ORDER[roles[m]], m))
-    anchors = {b: cells.get((b, e)) for b, e in BOUND_METHODS.items()}
-    gap = {}
-    if all(anchors.values()):
-        low, high = anchors["public_only"].mean, anchors["nonprivate"].mean
-        if low != high:
-            gap = {key: gap_closed(cell.mean, low, high) for key, cell in cells.items()}
+    anchors = anchors_by_store(rows, metric)
+    gap = {
+        (r.method, r.epsilon_budget): gap_closed(cells[r.method, r.epsilon_budget].mean, *scale)
+        for r in rows
+        if (scale := anchors.get(r.store, anchors.get("")))
+    }
     sign = -1 if metric in LOWER_IS_BETTER else 1
     best = {}
     for eps in epsilons:
@@ -125,7 +151,10 @@ def build_table(rows: Sequence[Row], split: str, metric: str = DEFAULT_METRIC) -
 
 
 def format_cell(cell: Cell, digits: int = 4) -> str:
-    text = f"{cell.mean:.{digits}f}"
+    """``mean ± half-width``; whole-number quantities (epochs, counts) without decimals."""
+    if cell.integer:
+        digits = 0 if float(cell.mean).is_integer() and not cell.ci_half else 1
+    text = f"{cell.mean:,.{digits}f}" if cell.integer else f"{cell.mean:.{digits}f}"
     return text + (f" ± {cell.ci_half:.{digits}f}" if cell.ci_half is not None else "")
 
 
@@ -142,7 +171,7 @@ def render_text(table: Table, bold: tuple[str, str] = ("\033[1m", "\033[0m")) ->
                 continue
             cell = table.cells[method, eps]
             text = f"{format_cell(cell)} (n={cell.n})"
-            if (method, eps) in table.gap and method not in BOUND_METHODS:
+            if (method, eps) in table.gap and table.roles[method] != "bound":
                 text += f" gap {100 * table.gap[method, eps]:.0f}%"
             if table.best.get(eps) == method:
                 text = f"{bold[0]}{text}{bold[1]}"

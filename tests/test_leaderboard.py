@@ -9,12 +9,15 @@ from click.testing import CliRunner
 from doubles import StubProfile, make_split
 
 from benchmark.cli.main import cli
+from benchmark.evaluation.stats import summarize
 from benchmark.runner import run
 from benchmark.spec import spec_from_dict
 from leaderboard.entries import build_entry, version_definition, version_of
 from leaderboard.schema import EntryError
 from leaderboard.store import (
+    Row,
     entry_files,
+    labelled,
     query,
     read_entry,
     versions,
@@ -22,7 +25,7 @@ from leaderboard.store import (
     write_manifest,
     write_version,
 )
-from leaderboard.tables import build_table, render_text
+from leaderboard.tables import build_table, format_cell, metric_label, render_text
 from leaderboard.verify import verify_tree
 
 METRIC = "toy.score"
@@ -156,6 +159,55 @@ def test_table_and_cli_show(store):
     assert table_json["rows"][0]["eps=4"]["seeds"] == 3
 
 
+def summary_row(method, eps, values, role=None, metric=METRIC):
+    entry = {
+        "method": {"name": method, "config": {}, **({"role": role} if role else {})},
+        "metrics": {metric: {**summarize(values).as_dict(), "values": values}},
+    }
+    return Row("lb", "toy", method, eps, eps, "formal", f"{method}-{eps}.json", entry)
+
+
+def test_gap_closed_uses_each_stores_own_bounds_else_the_published_ones():
+    published = [
+        summary_row("public_only", 0.0, [0.10]),  # an entry from before roles: still a bound
+        summary_row("nonprivate", float("inf"), [0.20], "bound"),
+        summary_row("oracle", float("inf"), [0.18], "control"),
+        summary_row("popri", 1.0, [0.15], "method"),
+    ]
+    yours = labelled(
+        [
+            summary_row("public_only", 0.0, [0.30], "bound"),
+            summary_row("nonprivate", float("inf"), [0.50], "bound"),
+            summary_row("popri", 1.0, [0.40], "method"),
+        ],
+        "yours",
+    )
+    submission = labelled([summary_row("mine", 1.0, [0.12], "method")], "submitted")
+    table = build_table(published + yours + submission, "toy", METRIC)
+    assert table.gap[("popri", 1.0)] == pytest.approx(0.5)
+    assert table.gap[("popri (yours)", 1.0)] == pytest.approx(0.5)  # its own bounds' scale
+    assert table.gap[("mine (submitted)", 1.0)] == pytest.approx(0.2)  # the published scale
+    assert table.roles["public_only"] == "bound" and table.roles["oracle"] == "control"
+    assert table.best == {1.0: "popri (yours)"}  # controls and bounds are never ranked
+    assert table.methods[:2] == ["nonprivate", "nonprivate (yours)"]
+    text = render_text(table, ("*", "*"))
+    assert "gap 50%" in text and "gap 20%" in text and "gap 100%" not in text  # bounds: no gap
+
+
+def test_whole_number_quantities_print_without_decimals_and_labels_carry_directions():
+    epochs = build_table([summary_row("popri", 1.0, [3.0, 3.0, 3.0], "method", "e")], "toy", "e")
+    assert format_cell(epochs.cells["popri", 1.0]) == "3 ± 0"
+    # epochs 3 and 4: mean 3.5, t(1) half-width 12.706 * 0.7071 / √2 = 6.4
+    mixed = build_table([summary_row("p", 1.0, [3.0, 4.0], "method", "e")], "toy", "e")
+    assert format_cell(mixed.cells["p", 1.0]) == "3.5 ± 6.4"
+    fraction = build_table([summary_row("p", 1.0, [0.25])], "toy", METRIC)
+    assert format_cell(fraction.cells["p", 1.0]) == "0.2500"
+    assert metric_label("next_token.top1") == "next-token top-1 ↑"
+    assert metric_label("next_token.ce") == "cross-entropy (nats) ↓"
+    assert metric_label("next_token.selected_epoch") == "selected epoch"
+    assert metric_label("mia.n_members") == "mia.n_members"
+
+
 def chromium_driver():
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
@@ -187,7 +239,18 @@ def test_site_renders_and_sorts_in_headless_chromium(store, tmp_path):
     site = tmp_path / "site"
     result = CliRunner().invoke(
         cli,
-        ["leaderboard", "site", "--results", str(store), "--out", str(site), "--metric", METRIC],
+        [
+            "leaderboard",
+            "site",
+            "--results",
+            str(store),
+            "--mine",
+            str(tmp_path / "mine"),
+            "--out",
+            str(site),
+            "--metric",
+            METRIC,
+        ],  # fmt: skip
     )
     assert result.exit_code == 0, result.output
     driver = chromium_driver()

@@ -36,11 +36,12 @@ def test_quickstart_prints_the_table_writes_the_site_and_ranks_a_submission(tmp_
     assert result.exit_code == 0, result.output
     assert tree_bytes(published) == before  # published entries and manifests untouched
     assert "next-token top-1 ↑" in result.output
-    printed = {line.split()[0] for line in result.output.splitlines() if line.strip()}
-    assert set(PUBLISHED_METHODS) <= printed
-    assert "oracle (published)" in result.output and "control" in result.output
+    printed = {tuple(line.split()[:2]) for line in result.output.splitlines() if line.strip()}
+    assert {(m, "(yours)") for m in PUBLISHED_METHODS} <= printed  # yours, marked
+    assert set(PUBLISHED_METHODS) <= {m for m, _ in printed}  # beside the published rows
+    assert ("oracle", "control") in printed and ("oracle", "(yours)") in printed
     assert (site / "index.html").exists() and "quickstart finished in" in result.output
-    assert "(published)" in (site / "index.html").read_text()
+    assert "oracle (yours)" in (site / "index.html").read_text()
 
     again = CliRunner().invoke(cli, ["quickstart", "--suite", "tiny", *store, "--site", str(site)])
     assert (

@@ -86,16 +86,19 @@ def show(
 
 @leaderboard_group.command("site")
 @RESULTS
+@MINE
 @VERSION
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True)
 @click.option("--metric", default="next_token.top1", show_default=True, help="Metric of the plots.")
-def site(results_dir: str, version: str | None, out_dir: str, metric: str) -> None:
-    """Write the static site: sortable tables per split, ε plots, linked entries; one page
-    per leaderboard version, the index showing --version (default: the newest)."""
+def site(results_dir: str, mine_dir: str, version: str | None, out_dir: str, metric: str) -> None:
+    """Write the static site: per split the headline table, the ε plot and the audits, rows
+    linked to their entries, your own runs marked '(yours)'; one page per leaderboard
+    version, the index showing --version (default: the newest)."""
     from leaderboard.site import write_site
     from leaderboard.store import versions
 
-    index = write_site(Path(results_dir), Path(out_dir), metric, shown=version)
+    others = {"yours": Path(mine_dir)}
+    index = write_site(Path(results_dir), Path(out_dir), metric, shown=version, others=others)
     click.echo(f"wrote {index} ({len(versions(Path(results_dir)))} versions)")
 
 

@@ -79,7 +79,8 @@ def quickstart(
     """The main job: build the suite's split, run every published method of the suite
     (cpu profile: ε=1 plus the bounds and the oracle control), evaluate, write your entries
     under my-results/ (the published results/ are left as they are), print the table with
-    the published entries beside yours and write the static site."""
+    your rows, marked "(yours)", beside the published ones of the same leaderboard version
+    and write the static site."""
     from leaderboard.site import write_site
     from leaderboard.store import query_with
     from leaderboard.tables import build_table, render_text
@@ -87,11 +88,11 @@ def quickstart(
     began = time.perf_counter()
     entries = run_with_progress(suite_name, None, results, runs, splits)
     version = entries[0]["leaderboard_version"]
-    others = {"published": Path(published)}
-    rows = query_with(Path(results), others, version=version)
+    yours = {"yours": Path(results)}
+    rows = query_with(Path(published), yours, version=version)
     for split in sorted({r.split for r in rows}):
         click.echo(render_text(build_table(rows, split), ("*", "*")))
-    index = write_site(Path(results), Path(site_dir), shown=version, others=others)
+    index = write_site(Path(published), Path(site_dir), shown=version, others=yours)
     click.echo(f"site: {index}")
     click.echo(f"quickstart finished in {time.perf_counter() - began:.0f} s")
 
