@@ -13,6 +13,7 @@ from pathlib import Path
 from leaderboard.store import MANIFESTS_DIR, Row, labelled, rows_by_version
 from leaderboard.tables import (
     DEFAULT_METRIC,
+    LOWER_IS_BETTER,
     ROLE_ORDER,
     Cell,
     build_table,
@@ -51,10 +52,14 @@ th[data-dir=desc]::after{content:' ▼'}td.num{text-align:right;font-variant-num
 svg{border:1px solid #ddd;background:#fff}p.split{max-width:70em;color:#444}
 .badge{font-size:75%;padding:1px 5px;border-radius:3px;background:#eee;color:#555}
 .badge.control{background:#fdf1d6}.badge.bound{background:#e4eefb}
-tr.best td{font-weight:bold}tr.bound td,tr.control td{color:#555}
+tr.best td{font-weight:bold}tr.bound td,tr.control td{color:#555}tr.theirs td{background:#f7fbf2}
 """
 
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+# matplotlib's tab10: ten distinguishable hues (the cpu suites plot nine series).
+PALETTE = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+)  # fmt: skip
 
 
 AUDIT_COLUMNS = ("mia.loss_auc", "mia.reference_loss_auc", "dcr.auc")
@@ -90,13 +95,17 @@ def _split_header(split: str, manifest: dict | None) -> str:
         if window.get("start") or window.get("end")
         else "no date window"
     )
+    public = manifest.get("public", {})
+    public_rule = f"public part: {public.get('rule', '?')}" + (
+        f" (at most {public['max']:,} samples)" if public.get("max") else ""
+    )
     source = manifest.get("source", {})
     demo = " — demo corpus: public models have seen it" if manifest.get("demo") else ""
     return (
         f"{title}<p class='split'><b>{html.escape(str(source.get('name', '?')))}</b> "
         f"({html.escape(str(source.get('revision', '')))}): "
         f"{html.escape(str(source.get('description', '')))}. {html.escape(parts)}; "
-        f"{html.escape(dates)}; public rule {html.escape(str(manifest.get('public', {})))}"
+        f"{html.escape(dates)}; {html.escape(public_rule)}"
         f"{html.escape(demo)}. Content hash {html.escape(manifest.get('content_hash', '')[:12])}.</p>"
     )
 
@@ -111,21 +120,38 @@ def _eps_cell(eps: float) -> str:
     return _num(eps, format_epsilon(eps))
 
 
+def _percent(share: float | None) -> str:
+    return "" if share is None else f"{round(100 * share) + 0:.0f}%"  # + 0: no "-0%"
+
+
+def _row_class(row: Row, best: bool = False) -> str:
+    """Role, best ranked cell, and rows from a store beside the primary one (yours)."""
+    return " ".join([role_of(row), *(["best"] if best else []), *(["theirs"] if row.store else [])])
+
+
 def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[str, str]) -> str:
     """What a reader came for: the headline metric with its CI and the gap it closes."""
     table = build_table(rows, split, metric)
     head = ["method", "ε", metric_label(metric) + " (mean ± 95% CI)", "gap closed", "seeds"]
+    sign = 1 if metric in LOWER_IS_BETTER else -1
+
+    def rank(row: Row) -> tuple:
+        """Bounds, then the control, then the ranked methods per ε, best first."""
+        summary = row.entry["metrics"].get(metric)
+        score = sign * summary["mean"] if summary else math.inf
+        return ROLE_ORDER[role_of(row)], row.epsilon_budget, score, row.method
+
     body = []
-    for row in sorted(rows, key=lambda r: (ROLE_ORDER[role_of(r)], r.method, r.epsilon_budget)):
+    for row in sorted(rows, key=rank):
         summary = row.entry["metrics"].get(metric)
         gap = table.gap.get((row.method, row.epsilon_budget))
         best = table.best.get(row.epsilon_budget) == row.method
         body.append(
-            f"<tr class='{role_of(row)}{' best' if best else ''}'>"
+            f"<tr class='{_row_class(row, best)}'>"
             + _method_cell(row)
             + _eps_cell(row.epsilon_budget)
             + _summary_cell(summary)
-            + _num(gap, "" if gap is None else f"{100 * gap:.0f}%")
+            + _num(gap, _percent(gap))
             + _num(
                 len(row.entry["spec"].get("seeds", [])),
                 str(len(row.entry["spec"].get("seeds", []))),
@@ -148,7 +174,7 @@ def _audit_table(split: str, rows: Sequence[Row]) -> str:
         seeds = max(len(row.entry["spec"].get("seeds", [])), 1)
         floats = row.entry["costs"].get("floats_up_per_client_round")
         body.append(
-            "<tr>"
+            f"<tr class='{_row_class(row)}'>"
             + _method_cell(row)
             + _eps_cell(row.epsilon_budget)
             + _eps_cell(row.epsilon)
@@ -165,9 +191,19 @@ def _audit_table(split: str, rows: Sequence[Row]) -> str:
     )
 
 
+def _ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """About ``count`` round values spanning [low, high] (1-2-5 steps)."""
+    raw = (high - low) / max(count - 1, 1) or abs(high) or 1.0
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    first = math.ceil(low / step) * step
+    return [first + i * step for i in range(int((high - first) / step + 1e-9) + 1)]
+
+
 def _plot(split: str, rows: Sequence[Row], metric: str) -> str:
     """Privacy–utility: the metric against ε per ranked method (log ε axis) with 95% CI
-    error bars; bounds and controls are horizontal dashed reference lines."""
+    error bars; bounds and the control are dashed horizontal reference lines (their ε is
+    0 or ∞, off a log axis), named in the legend with their role."""
     points: dict[str, list[tuple[float, Cell]]] = {}
     roles = {}
     for row in rows:
@@ -184,29 +220,35 @@ def _plot(split: str, rows: Sequence[Row], metric: str) -> str:
     ]
     if not spans or not finite:
         return ""
-    w, h, pad = 560, 320, 50
+    w, h, pad, left = 560, 320, 40, 60
     lo_e, hi_e = math.log10(min(finite)) - 0.5, math.log10(max(finite)) + 0.5
     lo_v, hi_v = min(a for a, _ in spans), max(b for _, b in spans)
-    span = (hi_v - lo_v) or 1.0
-    x = lambda e: pad + (math.log10(e) - lo_e) / (hi_e - lo_e) * (w - 2 * pad)  # noqa: E731
-    y = lambda v: h - pad - (v - lo_v) / span * (h - 2 * pad)  # noqa: E731
-    parts = [f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#999"/>']
+    margin = 0.05 * ((hi_v - lo_v) or abs(hi_v) or 1.0)
+    lo_v, hi_v = lo_v - margin, hi_v + margin
+    x = lambda e: left + (math.log10(e) - lo_e) / (hi_e - lo_e) * (w - left - pad)  # noqa: E731
+    y = lambda v: h - pad - (v - lo_v) / (hi_v - lo_v) * (h - 2 * pad)  # noqa: E731
+    parts = [f'<line x1="{left}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#999"/>']
     for e in finite:
         parts.append(
-            f'<text x="{x(e):.1f}" y="{h - pad + 18}" font-size="11" text-anchor="middle">{format_epsilon(e)}</text>'
+            f'<text x="{x(e):.1f}" y="{h - pad + 16}" font-size="11" text-anchor="middle">{format_epsilon(e)}</text>'
         )
-    parts.append(f'<text x="{w / 2}" y="{h - 8}" font-size="12" text-anchor="middle">ε</text>')
+    parts.append(f'<text x="{w / 2}" y="{h - 6}" font-size="12" text-anchor="middle">ε</text>')
     parts.append(
-        f'<text x="8" y="{pad - 20}" font-size="12">{html.escape(metric_label(metric))}</text>'
+        f'<text x="{left}" y="{pad - 16}" font-size="12">{html.escape(metric_label(metric))}</text>'
     )
-    for v in (lo_v, hi_v):
-        parts.append(f'<text x="4" y="{y(v):.1f}" font-size="10">{v:.3g}</text>')
-    for i, (method, pts) in enumerate(sorted(points.items())):
-        color = PALETTE[i % len(PALETTE)]
-        if roles[method] != "method":
+    for v in _ticks(lo_v, hi_v):
+        parts.append(
+            f'<line x1="{left}" x2="{w - pad}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#eee"/>'
+            f'<text x="{left - 6}" y="{y(v) + 4:.1f}" font-size="10" text-anchor="end">{v:.4g}</text>'
+        )
+    order = sorted(points, key=lambda m: (ROLE_ORDER[roles[m]], m))
+    for i, method in enumerate(order):
+        pts, color = points[method], PALETTE[i % len(PALETTE)]
+        dash = ' stroke-dasharray="5 3"' if roles[method] != "method" else ""
+        if dash:
             level = y(pts[0][1].mean)
             parts.append(
-                f'<line x1="{pad}" x2="{w - pad}" y1="{level:.1f}" y2="{level:.1f}" stroke="{color}" stroke-dasharray="4"/>'
+                f'<line class="reference" x1="{left}" x2="{w - pad}" y1="{level:.1f}" y2="{level:.1f}" stroke="{color}"{dash}/>'
             )
         else:
             pts = sorted((p for p in pts if 0 < p[0] < math.inf), key=lambda p: p[0])
@@ -218,8 +260,11 @@ def _plot(split: str, rows: Sequence[Row], metric: str) -> str:
                     parts.append(
                         f'<line class="errorbar" x1="{x(e):.1f}" x2="{x(e):.1f}" y1="{y(c.mean - c.ci_half):.1f}" y2="{y(c.mean + c.ci_half):.1f}" stroke="{color}"/>'
                     )
+        role = "" if roles[method] == "method" else f" ({roles[method]})"
+        ly = pad + 16 * i
         parts.append(
-            f'<text x="{w - pad + 4}" y="{pad + 14 * i}" font-size="11" fill="{color}">{html.escape(method)}</text>'
+            f'<line x1="{w - pad + 8}" x2="{w - pad + 28}" y1="{ly - 4}" y2="{ly - 4}" stroke="{color}" stroke-width="2"{dash}/>'
+            f'<text x="{w - pad + 32}" y="{ly}" font-size="11">{html.escape(method + role)}</text>'
         )
     return f'<svg class="plot" width="{w + 200}" height="{h}" data-split="{html.escape(split)}">{"".join(parts)}</svg>'
 

@@ -14,6 +14,7 @@ from benchmark.runner import run
 from benchmark.spec import spec_from_dict
 from leaderboard.entries import build_entry, version_definition, version_of
 from leaderboard.schema import EntryError
+from leaderboard.site import write_site
 from leaderboard.store import (
     Row,
     entry_files,
@@ -283,3 +284,23 @@ def test_site_renders_and_sorts_in_headless_chromium(store, tmp_path):
     finally:
         driver.quit()
     shutil.rmtree(site)
+
+
+def test_site_describes_the_split_and_escapes_what_it_prints(store, tmp_path):
+    version = query(store)[0].leaderboard_version
+    manifest = {
+        "name": "toy",
+        "version": "v-test",
+        "content_hash": "abc",
+        "source": {"name": "<toy>", "revision": "r1", "description": "a & b"},
+        "counts": {p: {"clients": 1200, "samples": 2400} for p in ("train", "test")},
+        "filters": {"date_window": {"start": "2018-05-01", "end": None, "field": "date"}},
+        "public": {"rule": "before:2018-05-01", "max": 5000},
+    }
+    write_manifest(store, version, "toy", manifest)
+    page = (write_site(store, tmp_path / "site", METRIC)).read_text()
+    assert "<b>&lt;toy&gt;</b> (r1): a &amp; b. 1,200 train clients / 2,400 samples" in page
+    assert "private window 2018-05-01 to … on date" in page
+    assert "public part: before:2018-05-01 (at most 5,000 samples)" in page
+    assert page.index('table class="sortable headline"') < page.index('<svg class="plot"')
+    assert page.index('<svg class="plot"') < page.index('table class="sortable audit"')
