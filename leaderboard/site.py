@@ -20,6 +20,7 @@ from leaderboard.tables import (
     cell_of,
     format_cell,
     format_epsilon,
+    format_share,
     metric_label,
     role_of,
 )
@@ -120,10 +121,6 @@ def _eps_cell(eps: float) -> str:
     return _num(eps, format_epsilon(eps))
 
 
-def _percent(share: float | None) -> str:
-    return "" if share is None else f"{round(100 * share) + 0:.0f}%"  # + 0: no "-0%"
-
-
 def _row_class(row: Row, best: bool = False) -> str:
     """Role, best ranked cell, and rows from a store beside the primary one (yours)."""
     return " ".join([role_of(row), *(["best"] if best else []), *(["theirs"] if row.store else [])])
@@ -151,7 +148,7 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
             + _method_cell(row)
             + _eps_cell(row.epsilon_budget)
             + _summary_cell(summary)
-            + _num(gap, _percent(gap))
+            + _num(gap, "" if gap is None else format_share(gap))
             + _num(
                 len(row.entry["spec"].get("seeds", [])),
                 str(len(row.entry["spec"].get("seeds", []))),

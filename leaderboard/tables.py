@@ -158,6 +158,11 @@ def format_cell(cell: Cell, digits: int = 4) -> str:
     return text + (f" ± {cell.ci_half:.{digits}f}" if cell.ci_half is not None else "")
 
 
+def format_share(share: float) -> str:
+    """A gap-closed share as a whole percentage (``+ 0`` turns ``-0`` into ``0``)."""
+    return f"{round(100 * share) + 0:.0f}%"
+
+
 def render_text(table: Table, bold: tuple[str, str] = ("\033[1m", "\033[0m")) -> str:
     """A fixed-width table: mean ± 95 % CI half-width (n seeds) and gap closed per cell;
     ``bold`` wraps the best ranked method of each ε column."""
@@ -172,7 +177,7 @@ def render_text(table: Table, bold: tuple[str, str] = ("\033[1m", "\033[0m")) ->
             cell = table.cells[method, eps]
             text = f"{format_cell(cell)} (n={cell.n})"
             if (method, eps) in table.gap and table.roles[method] != "bound":
-                text += f" gap {100 * table.gap[method, eps]:.0f}%"
+                text += f" gap {format_share(table.gap[method, eps])}"
             if table.best.get(eps) == method:
                 text = f"{bold[0]}{text}{bold[1]}"
             cells.append(text)

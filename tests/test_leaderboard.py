@@ -174,6 +174,7 @@ def test_gap_closed_uses_each_stores_own_bounds_else_the_published_ones():
         summary_row("nonprivate", float("inf"), [0.20], "bound"),
         summary_row("oracle", float("inf"), [0.18], "control"),
         summary_row("popri", 1.0, [0.15], "method"),
+        summary_row("dp_ftrl", 1.0, [0.0999], "method"),  # a hair below the public start
     ]
     yours = labelled(
         [
@@ -193,6 +194,7 @@ def test_gap_closed_uses_each_stores_own_bounds_else_the_published_ones():
     assert table.methods[:2] == ["nonprivate", "nonprivate (yours)"]
     text = render_text(table, ("*", "*"))
     assert "gap 50%" in text and "gap 20%" in text and "gap 100%" not in text  # bounds: no gap
+    assert "gap 0%" in text and "-0%" not in text
 
 
 def test_whole_number_quantities_print_without_decimals_and_labels_carry_directions():
