@@ -6,9 +6,13 @@ highest scoring samples using next-word-prediction loss"); it is the SFT counter
 POPri's DPO step. Steps:
 
 1. ``setup`` + ``round`` × ``iterations``: the PE of paper 004 Algorithms 1–2 (shared
-   core :mod:`methods.private_evolution`; one DP histogram release per round). Paper 000
-   runs PE with 20 iterations and 1,800 synthetic samples per round (its Table 2:
-   clients download 1,800 embeddings) at δ = 3e-6.
+   core :mod:`methods.private_evolution`; one DP histogram release per round), with paper
+   000 App. C.3's settings: T = 20, N_syn = 1024, H = 0.1626 (the reference code's
+   ``H_multiplier``: 4 × 0.1626 / (1.541 × √2) = 0.2985 noise stds, ``threshold_std``; see
+   "Units of H" in :mod:`methods.private_evolution`), all-MiniLM-L6-v2 embeddings, δ = 3e-6;
+   the rest "similar to Hou et al. (2024)": paper 004's lookahead 4, W_steps = 2,
+   MASK% = 30 %, 8 samples per client. (Paper 000's Table 2 lists 1,800 downloaded
+   embeddings for PE, POPri's K; App. C.3's explicit N_syn = 1024 is used.)
 2. ``finish`` — select: the ``sft_top_k`` DP seeds (``∪_t Set(S'_t)``) with the highest
    score, the largest noisy histogram value each received.
 3. SFT: each selected sample is the completion of a POPri-style prompt (three random
@@ -25,18 +29,23 @@ POPri's DPO step. Steps:
    Everything after step 1 is post-processing of the noisy releases.
 
 Choices paper 000 leaves open: the prompt of the SFT examples (above), ``sft_top_k`` (1,800:
-one PE population, as many as POPri's chosen samples per round), the SFT learning rate
-(1e-4, a usual LoRA SFT rate; POPri's 8e-7 is a DPO rate), epochs (2) and batch size (24)
-as paper 000's LLM fine-tuning, and 1,000,000 generated samples (paper 000 App. D's
-downstream set). The generator is fine-tuned in place and restored afterwards (LoRA
-unloaded, or the full-fine-tune weights reloaded), so the profile's cached model is
-unchanged after the run. ``cpu`` uses the cpu PE settings of ``pre_text``, LoRA r = 8,
-α = 16, a larger rate (5e-4) for its few steps, and 64 generated samples; ``tiny``
-fine-tunes the whole random tiny generator.
+as many as POPri's chosen samples per round, so both fine-tune on equally many texts), the
+SFT learning rate (1e-4, a usual LoRA SFT rate; POPri's 8e-7 is a DPO rate), epochs (2) and
+batch size (24) as paper 000's LLM fine-tuning, and 1,000,000 generated samples (paper 000
+App. D's downstream set). The generator is fine-tuned in place and restored afterwards
+(LoRA unloaded, or the full-fine-tune weights reloaded), so the profile's cached model is
+unchanged after the run.
+
+``cpu`` (working scale): the cpu PE of ``pre_text`` (T = 4, N_syn = 256, lookahead 2,
+W_steps = 1) with this method's H of 0.2985 noise stds; SFT on the 256 best seeds (one cpu
+population) for 2 epochs at batch 8 (64 optimiser steps), LoRA r = 8, α = 16 and a rate of
+5e-4 for so few steps; 1,000 generated samples of at most 64 tokens. ``tiny`` fine-tunes
+the whole random tiny generator.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -174,6 +183,10 @@ def _public_prompts(pool: list[str], n: int, rng: np.random.Generator) -> list[s
     ]
 
 
+# Paper 000 App. C.3: H = 0.1626 is the reference code's H_multiplier (H = 4 × H_multiplier
+# × s × σ against a noise std of 1.541 × √2 × s × σ), in noise stds:
+PAPER_000_THRESHOLD_STD = 4 * 0.1626 / (1.541 * math.sqrt(2))
+
 _SFT_PAPER = {
     "sft_top_k": 1800,
     "sft_epochs": 2,
@@ -193,7 +206,8 @@ class PESFT(PrivateEvolution):
         "paper": {
             **PE_PAPER,
             "iterations": 20,
-            "population_size": 1800,
+            "population_size": 1024,
+            "threshold_std": PAPER_000_THRESHOLD_STD,
             **_SFT_PAPER,
             "generate_size": 1_000_000,
             "generate_max_new_tokens": 64,
@@ -202,15 +216,15 @@ class PESFT(PrivateEvolution):
         "cpu": {
             **PE_CPU,
             **_SFT_PAPER,
-            "sft_top_k": 16,
-            "sft_batch_size": 4,
+            "threshold_std": PAPER_000_THRESHOLD_STD,
+            "sft_top_k": 256,
+            "sft_batch_size": 8,
             "sft_lr": 5e-4,
             "lora_r": 8,
             "lora_alpha": 16,
-            "sft_max_completion_tokens": 48,
-            "generate_size": 64,
-            "generate_max_new_tokens": 48,
-            "generate_batch_size": 16,
+            "generate_size": 1000,
+            "generate_max_new_tokens": 64,
+            "generate_batch_size": 32,
         },
         "tiny": {
             **PE_TINY,

@@ -1,11 +1,13 @@
 """PE+SFT on the tiny profile: selection, SFT of the generator (full and LoRA), release."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
 from model_methods_support import finish, make_context, run_rounds
 
-from benchmark.privacy.accountants import epsilon, epsilon_from_ledger
+from benchmark.privacy.accountants import epsilon, epsilon_from_ledger, noise_multiplier_for
 from benchmark.privacy.ledger import SUBSAMPLED_GAUSSIAN
 from methods.pe_sft import PESFT, SFTConfig, fine_tuned, top_scoring
 from methods.private_evolution import few_shot_prompt
@@ -29,6 +31,25 @@ def test_top_scoring_keeps_the_highest_scores_in_order():
 def test_paper_config_uses_paper_000s_sequence_length():
     paper = PESFT.configs["paper"]  # paper 000 §5: maximum sequence length 64
     assert paper["sft_max_completion_tokens"] == paper["generate_max_new_tokens"] == 64
+
+
+def test_paper_config_is_paper_000s_pe_baseline():
+    c = PESFT.resolve_config("paper", {})  # App. C.3: T = 20, N_syn = 1024, H = 0.1626
+    assert (c["iterations"], c["population_size"]) == (20, 1024)
+    # H = 0.1626 is the reference code's H_multiplier: H = 4 × 0.1626 × s × σ against a
+    # noise std of 1.541 × √2 × s × σ
+    assert c["threshold_std"] * 1.541 * math.sqrt(2) / 4 == pytest.approx(0.1626, rel=1e-12)
+    # in vote units: one client's whole vote at paper 000's ε = 7 noise (σ = 3.35)
+    sigma = noise_multiplier_for(7.0, 3e-6, sample_rate=1.0, steps=20)
+    assert sigma == pytest.approx(3.35, abs=0.02)
+    assert c["threshold_std"] * 3.35 == pytest.approx(1.0, abs=1e-3)
+
+
+def test_cpu_config_is_working_scale():
+    c = PESFT.resolve_config("cpu", {})
+    assert c["iterations"] >= 3 and c["lookahead"] >= 1 and c["population_size"] >= 200
+    assert c["generate_size"] >= 1000
+    assert c["sft_epochs"] * c["sft_top_k"] // c["sft_batch_size"] >= 20
 
 
 @pytest.mark.parametrize("lora_r", [0, 4])

@@ -90,7 +90,7 @@ def test_nearest_neighbours_is_exact_across_blocks(monkeypatch):
 
 def test_threshold_and_resampling():
     hist = np.array([5.0, 0.5, -2.0, 3.0])
-    kept = pe.threshold_histogram(hist, threshold=0.5, noise_multiplier=2.0)  # H = 1
+    kept = pe.threshold_histogram(hist, threshold_std=0.5, noise_multiplier=2.0)  # H = 1
     np.testing.assert_allclose(kept, [4.0, 0.0, 0.0, 2.0])
     draws = pe.resample(kept, 30_000, np.random.default_rng(0))
     np.testing.assert_allclose(
@@ -181,7 +181,7 @@ def test_pe_moves_the_population_towards_the_private_data(tmp_path):
     ctx = make_context(tmp_path, epsilon=30.0, split=split_of(clients, public))
     method = PreText(
         PreText.resolve_config(
-            "tiny", {"iterations": 2, "population_size": 12, "lookahead": 0, "threshold": 0.5}
+            "tiny", {"iterations": 2, "population_size": 12, "lookahead": 0, "threshold_std": 0.5}
         )
     )
     embed = ctx.profile.embedder().embed
