@@ -31,7 +31,7 @@ L2-normalised to 1 (DPSDA's client-level normalisation; the paper sums raw count
 sensitivity 8), and exactly the accounted noise is added (the reference code adds
 1.541·√2 times more).
 
-``cpu`` (working scale, see ``PE_CPU``): T = 4, N_syn = 256, lookahead 2, W_steps = 1 on
+``cpu`` (working scale, see ``PE_CPU``): T = 3, N_syn = 256, lookahead 1, W_steps = 1 on
 the profile's causal span filler (SmolLM2), and 1,000 expanded samples of at most 64 tokens
 (the splits' span length) — the smallest release the bench suite scores. H stays 0.433
 noise stds (paper 004's ε = 7.58 rule; at ε = 1 the paper's rule would be 0.52: measured at

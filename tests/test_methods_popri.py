@@ -197,3 +197,11 @@ def test_popri_end_to_end_releases_texts_within_budget(tmp_path):
     spent = epsilon_from_ledger(releases, delta)
     assert spent == pytest.approx(epsilon(sigma, q, method.num_rounds(), delta))
     assert 0.99 * eps < spent <= eps  # the smallest σ within budget
+
+
+def test_cpu_config_is_working_scale():
+    c = POPriConfig.from_config(POPri.resolve_config("cpu", {}))
+    assert c.rounds >= 3 and c.num_prompts * c.samples_per_prompt >= 200
+    steps_per_round = c.epochs * -(-c.num_prompts // c.batch_size)
+    assert steps_per_round >= 4 and c.num_synthetic >= 1000
+    assert (c.samples_per_prompt, c.rejected_rank) == (10, 5)  # paper 000 App. B.1
