@@ -508,6 +508,8 @@ class POPri(Method):
                 with merged(model):
                     fids.append(self._fid(ctx, generator, round_index))
         epoch = int(np.argmin(fids))
+        ctx.diagnostics.write("popri_fid_per_epoch", fids, round_index)
+        ctx.diagnostics.write("popri_dpo_loss", loss, round_index)
         best = state["best"]
         if best is None or fids[epoch] < best["fid"]:
             best = {

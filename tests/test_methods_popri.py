@@ -187,6 +187,10 @@ def test_popri_end_to_end_releases_texts_within_budget(tmp_path):
     assert any("lora_B" in k and v.abs().sum() > 0 for k, v in loaded["adapter"].items())
     assert [h["round"] for h in loaded["history"]] == list(range(method.num_rounds()))
     assert loaded["best"]["fid"] == min(f for h in loaded["history"] for f in h["fid_per_epoch"])
+    logged = {(d["name"], d["round"]): d["value"] for d in ctx.diagnostics.read()}
+    for h in loaded["history"]:  # per-round FIDs and DPO loss are in the run's diagnostics
+        assert logged[("popri_fid_per_epoch", h["round"])] == h["fid_per_epoch"]
+        assert logged[("popri_dpo_loss", h["round"])] == h["dpo_loss"]
 
     sigma = method.noise_multiplier(ctx)  # ctx.noise_for(steps=rounds, sample_rate=q)
     releases = ctx.pool.ledger.releases
