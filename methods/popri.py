@@ -45,8 +45,10 @@ needs noise-free scores, which the pool never releases in a private run, so it i
 computed.
 
 Choices the paper leaves open (and where the values come from):
-- Scores follow Algorithm 4 exactly: mean cosine similarity, no standardisation (the
-  reference code z-scores each client's vector before clipping; the paper does not).
+- Scores follow Algorithm 4 exactly in ``paper`` and ``cpu``: mean cosine similarity, no
+  standardisation. The reference code z-scores each client's vector before clipping (the
+  paper's algorithm does not); ``standardize_scores: true`` does that, client side and
+  before clipping, so at no privacy cost (:mod:`methods.popri_scoring`).
 - Partial participation is Poisson sampling at rate q = clients per round / N (Table 3 lists
   1,000 and 5,000 of 10,000 clients), which is what the accountant analyses; the paper
   samples a fixed number of clients.
