@@ -17,6 +17,7 @@ from typing import Any
 from benchmark.data import FederatedSplit
 from benchmark.spec import RunSpec, spec_from_dict
 from leaderboard.entries import build_entry, entry_key, version_definition
+from leaderboard.signing import host_key, sign_entry
 from leaderboard.store import write_entry, write_manifest, write_version
 
 PUBLISHED_METHODS = (
@@ -197,13 +198,15 @@ def run_suite(
     splits_root: Path,
     on_run: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every (method, ε, seed) of the suite; write and return one entry per (method, ε).
+    """Run every (method, ε, seed) of the suite; write and return one entry per (method, ε),
+    signed with the host's key (leaderboard/signing.py).
 
     ``on_run`` is called with a label after each finished run (progress reporting).
     """
     from benchmark.runner import run
     from datasets_builders.storage import load_split
 
+    key = host_key(results_root)  # before hours of runs: a misplaced key fails now
     split_path = ensure_split(suite, splits_root)
     split: FederatedSplit = load_split(split_path)
     definition = version_definition(
@@ -218,7 +221,7 @@ def run_suite(
         grouped[entry_key(result.run_key, seed)].append(result.record)
         if on_run:
             on_run(f"{method} ε={eps:g} seed={seed}")
-    entries = [build_entry(records, lb_version) for records in grouped.values()]
+    entries = [sign_entry(build_entry(records, lb_version), key) for records in grouped.values()]
     for entry in entries:
         write_entry(results_root, entry)
     return entries
