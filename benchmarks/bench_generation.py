@@ -54,7 +54,7 @@ def main() -> None:
     generator = CpuProfile().generator()
     generate = generator.generate
     generate(prompts(2, 20), SamplingParams(8, 1.0, 1.0, 0), chat=False)  # warm-up
-    print(f"| prompt | threads | batch | tokens/s | texts/s | s per 1,000 texts |")
+    print("| prompt | threads | batch | tokens/s | texts/s | s per 1,000 texts |")
     print("|---|---|---|---|---|---|")
     for words, label in ((180, "3-shot (~240 tok)"), (20, "short (~25 tok)")):
         for threads in args.threads:

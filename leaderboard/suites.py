@@ -116,7 +116,6 @@ BENCH_PARAMS: dict[str, dict[str, Any]] = {
     "dp_ftrl": {**BENCH_FEDERATED, "cohort_size": 100},
     "pre_text": {"population_size": 256, "iterations": 3, "lookahead": 1, "expand_size": 1000},
     "pe_sft": {"population_size": 256, "iterations": 3, "lookahead": 1, "generate_size": 1000},
-    "popri": {"rounds": 3, "num_prompts": 64, "samples_per_prompt": 4, "num_synthetic": 1000},
 }
 
 SUITES = {

@@ -12,7 +12,7 @@ from benchmark.cli.leaderboard import leaderboard_group
 from benchmark.cli.privacy import privacy_group
 from benchmark.cli.run import run_command
 from benchmark.cli.splits import splits_group
-from benchmark.cli.suite import quickstart, submit
+from benchmark.cli.suite import quickstart, submit, suite_group
 from benchmark.registry import RegistryError, load_plugin_file
 
 
@@ -56,3 +56,4 @@ cli.add_command(datasets_group)
 cli.add_command(privacy_group)
 cli.add_command(quickstart)
 cli.add_command(submit)
+cli.add_command(suite_group)

@@ -1,4 +1,4 @@
-"""``fedsynth quickstart`` and ``fedsynth submit``: run a named suite end to end."""
+"""``fedsynth quickstart``, ``fedsynth suite run`` and ``fedsynth submit``: run a named suite."""
 
 from __future__ import annotations
 
@@ -95,6 +95,33 @@ def quickstart(
     index = write_site(Path(published), Path(site_dir), shown=version, others=yours)
     click.echo(f"site: {index}")
     click.echo(f"quickstart finished in {time.perf_counter() - began:.0f} s")
+
+
+@click.group("suite")
+def suite_group() -> None:
+    """Run a named suite (or some of its methods) into a results store."""
+
+
+@suite_group.command("run")
+@click.argument("suite_name")
+@store_options
+@click.option(
+    "--methods",
+    default=None,
+    help="Comma-separated subset of the suite's methods (default: all), e.g. to run the "
+    "cheap rows first; runs already finished under --runs are reused, not repeated.",
+)
+def suite_run(
+    suite_name: str, results: str, published: str, runs: str, splits: str, methods: str | None
+) -> None:
+    """Run SUITE_NAME's grid with a progress bar and write one entry per (method, ε)."""
+    chosen = [m.strip() for m in methods.split(",") if m.strip()] if methods else None
+    began = time.perf_counter()
+    entries = run_with_progress(suite_name, chosen, results, runs, splits)
+    click.echo(
+        f"suite {suite_name}: {len(entries)} entries in {results} "
+        f"({time.perf_counter() - began:.0f} s)"
+    )
 
 
 @click.command("submit")
