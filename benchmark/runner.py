@@ -29,7 +29,7 @@ import torch
 from benchmark.artifact import Artifact, ArtifactError
 from benchmark.data import FederatedSplit, group_by_client
 from benchmark.federation.costs import CostCounters
-from benchmark.federation.pool import ClientPool
+from benchmark.federation.pool import INDEPENDENCE_CHECKS, ClientPool
 from benchmark.federation.quarantine import Diagnostics
 from benchmark.method import Method, MethodContext
 from benchmark.privacy.errors import BudgetExceededError
@@ -260,6 +260,7 @@ def run(
         seed=pool_seed(spec, run_dir),
         unit=spec.privacy.unit,
         allow_nonprivate=math.isinf(spec.privacy.epsilon),
+        independence_checks=INDEPENDENCE_CHECKS,  # every run, `guarantee: simulated` too
     )
     work_dir = run_dir / "work"
     work_dir.mkdir(exist_ok=True)
