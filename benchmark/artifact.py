@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 KINDS = ("texts", "labelled_texts", "model", "preferences")
+PAIR_KEYS = ("prompt", "chosen", "rejected")
+
+
+class ArtifactError(ValueError):
+    """A released artifact is malformed; the message names the field."""
 
 
 @dataclass
@@ -28,12 +34,29 @@ class Artifact:
     pairs: list[dict[str, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Refuse a malformed release with a one-line error naming the field. Called on
+        construction and again by the runner after ``finish``: a method's fields can be
+        changed after construction, and a non-string text would otherwise fail deep in a
+        tokenizer or an embedder."""
         if self.kind not in KINDS:
-            raise ValueError(f"artifact kind must be one of {KINDS}, got {self.kind!r}")
+            raise ArtifactError(f"artifact.kind: must be one of {list(KINDS)}, got {self.kind!r}")
+        _check_items("artifact.texts", self.texts, lambda t: isinstance(t, str), "a string")
+        _check_items("artifact.labels", self.labels, _is_label, "a string or an integer")
+        _check_items(
+            "artifact.pairs", self.pairs, _is_pair, f"a mapping of {list(PAIR_KEYS)} to strings"
+        )
+        if self.model_dir is not None and not (isinstance(self.model_dir, str) and self.model_dir):
+            raise ArtifactError(f"artifact.model_dir: expected a path, got {self.model_dir!r}")
         if self.kind == "model" and not self.model_dir:
-            raise ValueError("a model artifact needs model_dir")
+            raise ArtifactError("artifact.model_dir: a model artifact needs model_dir")
         if self.kind == "labelled_texts" and len(self.labels) != len(self.texts):
-            raise ValueError("labelled_texts needs one label per text")
+            raise ArtifactError(
+                f"artifact.labels: labelled_texts needs one label per text, got "
+                f"{len(self.labels)} labels for {len(self.texts)} texts"
+            )
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self)))
@@ -41,4 +64,27 @@ class Artifact:
     @classmethod
     def load(cls, path: Path) -> Artifact:
         data: dict[str, Any] = json.loads(path.read_text())
+        if not isinstance(data, dict):
+            raise ArtifactError(f"{path}: expected a JSON object")
+        unknown = sorted(set(data) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ArtifactError(f"artifact.{unknown[0]}: unknown field ({path})")
+        if "kind" not in data:
+            raise ArtifactError(f"artifact.kind: required field is missing ({path})")
         return cls(**data)
+
+
+def _check_items(where: str, items: Any, ok: Callable[[Any], bool], expected: str) -> None:
+    if not isinstance(items, list | tuple):
+        raise ArtifactError(f"{where}: expected a list, got {type(items).__name__}")
+    for i, item in enumerate(items):
+        if not ok(item):
+            raise ArtifactError(f"{where}[{i}]: expected {expected}, got {type(item).__name__}")
+
+
+def _is_label(label: Any) -> bool:
+    return isinstance(label, str | int) and not isinstance(label, bool)
+
+
+def _is_pair(pair: Any) -> bool:
+    return isinstance(pair, dict) and all(isinstance(pair.get(k), str) for k in PAIR_KEYS)

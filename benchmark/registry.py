@@ -5,21 +5,62 @@ registry (e.g. for ``fedsynth --help``) loads no heavy code, and a module that f
 import breaks only the runs that ask for it. Third parties add entries through the entry
 point groups ``fedsynth.methods`` / ``fedsynth.datasets`` / ``fedsynth.metrics`` or by
 loading a plugin file with :func:`load_plugin_file`. Built-ins win on name clashes.
+
+Registered names become run keys, directories and leaderboard markup, and submissions on
+one host share those directories, so every name must match :data:`NAME_PATTERN`; and any
+path built from a name is checked to stay under its root (:func:`path_under`).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import re
 import sys
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,63}")
+# One directory or file name made from names and keys (split names, run keys, entry keys):
+# no separators, no leading dot (so never "." or ".."), nothing that is markup or a glob.
+PATH_PART_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9@.+_-]{0,254}")
+
 
 class RegistryError(LookupError):
     """A name is unknown, or its implementation failed to load."""
+
+
+class UnsafePathError(ValueError):
+    """A name would become a path outside its root, or one that is not a plain file name."""
+
+
+def valid_name(name: object) -> bool:
+    """Whether ``name`` may be registered or asked for: it becomes part of run keys, paths
+    and leaderboard markup, so only lowercase letters, digits and ``_`` (64 at most)."""
+    return isinstance(name, str) and NAME_PATTERN.fullmatch(name) is not None
+
+
+def path_under(root: Path, *parts: str, where: str) -> Path:
+    """``root / parts...``, refused (naming ``where``) unless every part is one plain file
+    name and the resolved path, symlinks followed, stays under ``root``: a name crafted by
+    one submission must not make the harness write or pack files outside its root."""
+    for part in parts:
+        if not isinstance(part, str) or PATH_PART_PATTERN.fullmatch(part) is None:
+            raise UnsafePathError(
+                f"{where}: {part!r} is not a plain file name "
+                f"(must match ^{PATH_PART_PATTERN.pattern}$)"
+            )
+    path = root.joinpath(*parts)
+    check_under(root, path, where=where)
+    return path
+
+
+def check_under(root: Path, path: Path, *, where: str) -> None:
+    """Refuse ``path`` (naming ``where``) if it resolves outside ``root``."""
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise UnsafePathError(f"{where}: {path} resolves outside {root}")
 
 
 class Registry:
@@ -35,11 +76,13 @@ class Registry:
 
     def register_lazy(self, name: str, target: str) -> None:
         """Register a built-in as ``"package.module:attribute"``, imported on first use."""
+        self._check_name(name)
         self._targets[name] = target
         self._builtin.add(name)
 
     def register(self, name: str) -> Callable[[Any], Any]:
         """Decorator for plugins: ``@METHODS.register("my_method")``."""
+        self._check_name(name)
 
         def decorate(obj: Any) -> Any:
             self._load_entry_points()
@@ -49,6 +92,12 @@ class Registry:
             return obj
 
         return decorate
+
+    def _check_name(self, name: object) -> None:
+        if not valid_name(name):
+            raise RegistryError(
+                f"{self.kind} name {name!r} is not allowed: it must match ^{NAME_PATTERN.pattern}$"
+            )
 
     def registered_by(self, module_name: str) -> list[str]:
         """Names whose registered object was defined in ``module_name`` (e.g. a plugin file)."""
@@ -63,8 +112,8 @@ class Registry:
             return
         self._entry_points_loaded = True
         importlib.import_module(self.builtins_module)  # registers the built-ins lazily
-        for ep in entry_points(group=self.group):
-            if ep.name not in self._builtin:
+        for ep in entry_points(group=self.group):  # a badly named one cannot be asked for
+            if ep.name not in self._builtin and valid_name(ep.name):
                 self._targets.setdefault(ep.name, ep)
 
     def names(self) -> list[str]:

@@ -4,6 +4,11 @@ State is written under ``runs/<run-key>/`` after every round (method state, pool
 ledger, counters), so starting the same spec again resumes where it stopped and reaches
 the same result as an uninterrupted run: all randomness is derived from the spec's seed
 and the round index, never from the process.
+
+Run directories share a host with other submissions' runs, so nothing read back from them
+may run code: a checkpoint is loaded with ``weights_only=True`` (tensors, plain data and
+the few data-only types of :data:`CHECKPOINT_TYPES`), and a state that would not load that
+way is refused when it is saved, not when the run resumes.
 """
 
 from __future__ import annotations
@@ -11,34 +16,56 @@ from __future__ import annotations
 import json
 import math
 import os
+import pickle
 import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-from benchmark.artifact import Artifact
+from benchmark.artifact import Artifact, ArtifactError
 from benchmark.data import FederatedSplit, group_by_client
-from benchmark.federation.pool import ClientPool
+from benchmark.federation.costs import CostCounters
+from benchmark.federation.pool import INDEPENDENCE_CHECKS, ClientPool
 from benchmark.federation.quarantine import Diagnostics
 from benchmark.method import Method, MethodContext
 from benchmark.privacy.errors import BudgetExceededError
 from benchmark.privacy.ledger import PrivacyLedger
 from benchmark.progress import progress
 from benchmark.records import build_record, write_record
-from benchmark.registry import METHODS
+from benchmark.registry import METHODS, path_under
 from benchmark.spec import ResolvedSpec, RunSpec, SpecError
 
 CHECKPOINT = "checkpoint.pt"
 ARTIFACT = "artifact.json"
 RESULT = "result.json"
 POOL_SEED = "pool_seed.secret"
+CHECKPOINT_KEYS = ("run_key", "next_round", "method_state", "pool", "ledger", "elapsed")
+
+
+def _checkpoint_types() -> list[Any]:
+    """What a checkpoint may hold beyond torch's weights-only defaults: the pool's cost
+    counters and numpy arrays and scalars of numeric, bool or string dtypes (client memos,
+    tree prefixes, method scores). Each only carries data, so rebuilding one runs no code
+    of the file's choosing; object arrays stay refused."""
+    rebuild_array = np.zeros(1).__reduce__()[0]  # what pickle names, whatever numpy's layout
+    rebuild_scalar = np.float64(0).__reduce__()[0]
+    dtypes = {type(np.dtype(code)) for code in "?bhilqBHILQefdFDSU"}
+    return [CostCounters, np.ndarray, np.dtype, rebuild_array, rebuild_scalar, *dtypes]
+
+
+CHECKPOINT_TYPES = _checkpoint_types()
 
 
 class RunInterrupted(RuntimeError):
     """Raised by ``stop_after_round`` to simulate a killed run (used by tests)."""
+
+
+class UnsafeCheckpointError(pickle.UnpicklingError):
+    """A checkpoint that cannot be loaded without running code, or not one of this run."""
 
 
 @dataclass
@@ -50,9 +77,14 @@ class RunResult:
 
 
 def load_run_split(spec: RunSpec) -> FederatedSplit:
-    from datasets_builders.storage import load_split
+    """The spec's split, checked against its manifest; a missing, unfinished or altered
+    split is a spec error naming ``split.path``."""
+    from datasets_builders.storage import IncompleteSplitError, SplitError, load_split
 
-    split = load_split(Path(spec.split.path))
+    try:
+        split = load_split(Path(spec.split.path))
+    except (IncompleteSplitError, SplitError) as exc:
+        raise SpecError(f"split.path: {exc}") from exc
     if spec.split.content_hash and spec.split.content_hash != split.content_hash:
         raise SpecError(
             f"split.content_hash: spec pins {spec.split.content_hash} but {spec.split.path} "
@@ -78,6 +110,26 @@ def privacy_units(split: FederatedSplit, unit: str) -> dict[str, list[dict[str, 
     if unit == "user":
         return group_by_client(records)
     return {f"{i:08d}": [r] for i, r in enumerate(records)}
+
+
+def check_delta(spec: RunSpec, units: int) -> None:
+    """Refuse δ ≥ 1/N for N privacy units unless the spec allows it explicitly: at such a
+    δ, publishing a randomly chosen unit's data verbatim is (0, δ)-DP, so the ε reported
+    beside it promises nothing (a run at δ = 0.5 was once ranked)."""
+    delta = spec.privacy.delta
+    if units and delta >= 1 / units and not spec.privacy.allow_large_delta:
+        raise SpecError(
+            f"privacy.delta: {delta:g} is not below 1/{units}, one over the number of "
+            f"{spec.privacy.unit}-level privacy units in the split's train part; lower it, or "
+            "set privacy.allow_large_delta: true (the record shows it)"
+        )
+
+
+def own_copy(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The method's own copy of a part's records (their values are immutable): a suite
+    hands one loaded split to every run, so a method editing the records it was given must
+    not change what the next method trains on or is selected with."""
+    return [dict(r) for r in records]
 
 
 def ledger_epsilon(ledger: PrivacyLedger, spec: RunSpec) -> float:
@@ -114,9 +166,62 @@ def _seed_torch(seed: int, round_index: int) -> None:
     torch.manual_seed(seed * 1_000_003 + round_index + 1)
 
 
-def _save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> None:
+def _load_checkpoint(path: Path, *, mmap: bool = False) -> Any:
+    """``torch.load`` of tensors and plain data only (plus :data:`CHECKPOINT_TYPES`): a
+    planted pickle fails here instead of running its code. The error gives the reason."""
+    try:
+        with torch.serialization.safe_globals(CHECKPOINT_TYPES):
+            return torch.load(path, weights_only=True, mmap=mmap)
+    except Exception as exc:
+        raise UnsafeCheckpointError(_refusal(path, exc)) from exc
+
+
+def _refusal(path: Path, exc: Exception) -> str:
+    """Why a checkpoint was refused, in one line: the globals it would import (the code a
+    planted pickle runs), else the kind of failure."""
+    try:
+        found = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    except Exception:  # not even a torch checkpoint: the failure's kind says enough
+        found = []
+    allowed = {f"{t.__module__}.{t.__qualname__}" for t in CHECKPOINT_TYPES}
+    unsafe = sorted(set(found) - allowed)
+    if unsafe:
+        return f"it holds {', '.join(unsafe)}, which loading would have to import"
+    return f"it does not load as tensors and plain data ({type(exc).__name__})"
+
+
+def resume_checkpoint(path: Path, run_key: str) -> dict[str, Any]:
+    """The checkpoint of run ``run_key`` at ``path``, refused if it needs code to load or
+    was written for another run (a file copied or planted from elsewhere)."""
+    try:
+        saved = _load_checkpoint(path)
+    except UnsafeCheckpointError as exc:
+        raise UnsafeCheckpointError(
+            f"{path}: refused: {exc}; delete it to start the run over"
+        ) from exc
+    if not isinstance(saved, dict) or saved.get("run_key") != run_key:
+        raise UnsafeCheckpointError(
+            f"{path}: refused: it is not a checkpoint of run {run_key}; delete it to start over"
+        )
+    missing = [k for k in CHECKPOINT_KEYS if k not in saved]
+    if missing:
+        raise UnsafeCheckpointError(f"{path}: refused: it lacks {missing}; delete it to start over")
+    return saved
+
+
+def _save_checkpoint(run_dir: Path, payload: dict[str, Any], round_index: int) -> None:
+    """Write the checkpoint atomically once it is known to load back safely, so a method
+    state that only code could rebuild fails now, in the round that made it."""
     tmp = run_dir / (CHECKPOINT + ".tmp")
-    torch.save(payload, tmp)
+    where = f"method state after round {round_index}"
+    hint = "a checkpoint keeps tensors, numbers, strings, lists, dicts and numpy arrays only"
+    try:
+        torch.save(payload, tmp)
+        _load_checkpoint(tmp, mmap=True)
+    except (UnsafeCheckpointError, pickle.PicklingError, TypeError, AttributeError) as exc:
+        tmp.unlink(missing_ok=True)
+        reason = " ".join(str(exc).split())
+        raise UnsafeCheckpointError(f"{where}: {reason}; {hint}") from exc
     os.replace(tmp, run_dir / CHECKPOINT)
 
 
@@ -135,7 +240,9 @@ def run(
     """
     split = split or load_run_split(spec)
     resolved, method_cls = resolve(spec, split)
-    run_dir = runs_root / resolved.run_key
+    units = privacy_units(split, spec.privacy.unit)
+    check_delta(spec, len(units))
+    run_dir = path_under(runs_root, resolved.run_key, where="run key")
     if (run_dir / RESULT).exists():  # finished before: the record is the result
         record = json.loads((run_dir / RESULT).read_text())
         return RunResult(resolved.run_key, run_dir, record, Artifact.load(run_dir / ARTIFACT))
@@ -148,18 +255,19 @@ def run(
 
     ledger = PrivacyLedger()
     pool = ClientPool(
-        privacy_units(split, spec.privacy.unit),
+        units,
         ledger=ledger,
         seed=pool_seed(spec, run_dir),
         unit=spec.privacy.unit,
         allow_nonprivate=math.isinf(spec.privacy.epsilon),
+        independence_checks=INDEPENDENCE_CHECKS,  # every run, `guarantee: simulated` too
     )
     work_dir = run_dir / "work"
     work_dir.mkdir(exist_ok=True)
     ctx = MethodContext(
         pool=pool,
-        public=split.records("public"),
-        validation=split.records("validation"),
+        public=own_copy(split.records("public")),
+        validation=own_copy(split.records("validation")),
         profile=profile,
         privacy=spec.privacy,
         seed=spec.seed,
@@ -170,7 +278,7 @@ def run(
 
     checkpoint_path = run_dir / CHECKPOINT
     if checkpoint_path.exists():
-        saved = torch.load(checkpoint_path, weights_only=False)
+        saved = resume_checkpoint(checkpoint_path, resolved.run_key)
         start, state, elapsed = saved["next_round"], saved["method_state"], saved["elapsed"]
         pool.load_state_dict(saved["pool"])
         ledger.releases[:] = PrivacyLedger.from_json(saved["ledger"]).releases
@@ -187,18 +295,20 @@ def run(
         _save_checkpoint(
             run_dir,
             {
+                "run_key": resolved.run_key,
                 "next_round": r + 1,
                 "method_state": state,
                 "pool": pool.state_dict(),
                 "ledger": ledger.to_json(),
                 "elapsed": elapsed + time.perf_counter() - began,
             },
+            r,
         )
         if stop_after_round is not None and r + 1 >= stop_after_round:
             raise RunInterrupted(f"stopped after round {r + 1} (checkpoint in {run_dir})")
 
     _seed_torch(spec.seed, method.num_rounds())
-    artifact = method.finish(ctx, state)
+    artifact = checked_artifact(method.finish(ctx, state), spec.method.name)
     epsilon = check_budget(ledger, spec)
     artifact.save(run_dir / ARTIFACT)
     method_seconds = elapsed + time.perf_counter() - began
@@ -223,6 +333,17 @@ def run(
     )
     write_record(record, run_dir / RESULT)
     return RunResult(resolved.run_key, run_dir, record, artifact)
+
+
+def checked_artifact(artifact: Any, method_name: str) -> Artifact:
+    """The release as the evaluator will read it, validated again: a method may change an
+    artifact's fields after constructing it."""
+    if not isinstance(artifact, Artifact):
+        raise ArtifactError(
+            f"artifact: {method_name}.finish returned {type(artifact).__name__}, not an Artifact"
+        )
+    artifact.validate()
+    return artifact
 
 
 def evaluate_artifact(

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from benchmark.privacy.accountants import ACCOUNTANTS
+from benchmark.registry import NAME_PATTERN, PATH_PART_PATTERN, valid_name
 
 PRIVACY_UNITS = ("user", "sample", "central")
 GUARANTEES = ("formal", "simulated")
@@ -52,6 +53,11 @@ class PrivacySpec:
     the run directory, so nobody can regenerate the noise from a published record; ``spec``
     derives it from the spec's seed, which makes a run bit-reproducible from its spec but
     lets anyone holding the record subtract the noise, so it requires ``guarantee: simulated``.
+
+    ``delta`` must lie in (0, 1), and the runner refuses δ ≥ 1/(number of privacy units)
+    unless ``allow_large_delta``: such a δ is met by a mechanism that publishes a randomly
+    chosen unit's data outright. The option is recorded (in the resolved spec, hence the
+    run key, record and entry) only when set, so the keys of ordinary specs do not change.
     """
 
     epsilon: float
@@ -60,6 +66,7 @@ class PrivacySpec:
     accountant: str = "rdp"
     guarantee: str = "formal"
     noise_seed: str = "secret"
+    allow_large_delta: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,8 @@ class RunSpec:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["privacy"]["epsilon"] = _encode_epsilon(self.privacy.epsilon)
+        if not self.privacy.allow_large_delta:
+            del data["privacy"]["allow_large_delta"]
         data["evaluation"]["metrics"] = list(self.evaluation.metrics)
         return data
 
@@ -122,6 +131,35 @@ def _number(where: str, value: Any, low: float, high: float, *, inf_ok: bool = F
     return value
 
 
+def _open_unit(where: str, value: Any) -> float:
+    """A probability strictly between 0 and 1 (δ = 0 breaks the accountants, δ = 1 means
+    no guarantee at all)."""
+    value = _number(where, value, -math.inf, math.inf)
+    if not 0.0 < value < 1.0:
+        raise SpecError(f"{where}: {value!r} is outside the allowed range (0, 1)")
+    return value
+
+
+def _flag(where: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(f"{where}: expected true or false, got {value!r}")
+    return value
+
+
+def _method_name(value: Any) -> str:
+    """The method's registered name; it becomes part of paths and markup, so it must match
+    the registry's name pattern."""
+    if not valid_name(value):
+        raise SpecError(f"method.name: {value!r} must match ^{NAME_PATTERN.pattern}$")
+    return value
+
+
+def _split_path(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(f"split.path: expected a non-empty path, got {value!r}")
+    return value
+
+
 def spec_from_dict(data: dict[str, Any]) -> RunSpec:
     """Validate a spec mapping; every error names its field."""
     top = ("split", "method", "privacy", "evaluation", "seed", "profile")
@@ -133,7 +171,7 @@ def spec_from_dict(data: dict[str, Any]) -> RunSpec:
     privacy = _fields(
         "privacy",
         data["privacy"],
-        ("epsilon", "delta", "unit", "accountant", "guarantee", "noise_seed"),
+        ("epsilon", "delta", "unit", "accountant", "guarantee", "noise_seed", "allow_large_delta"),
         ("epsilon", "delta"),
     )
     guarantee = _choice("privacy.guarantee", privacy.get("guarantee", "formal"), GUARANTEES)
@@ -157,15 +195,18 @@ def spec_from_dict(data: dict[str, Any]) -> RunSpec:
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise SpecError(f"seed: expected a non-negative integer, got {seed!r}")
     return RunSpec(
-        split=SplitRef(str(split["path"]), str(split.get("content_hash", ""))),
-        method=MethodSpec(str(method["name"]), dict(method.get("params", {}))),
+        split=SplitRef(_split_path(split["path"]), str(split.get("content_hash", ""))),
+        method=MethodSpec(_method_name(method["name"]), dict(method.get("params", {}))),
         privacy=PrivacySpec(
             epsilon=_number("privacy.epsilon", privacy["epsilon"], 0.0, math.inf, inf_ok=True),
-            delta=_number("privacy.delta", privacy["delta"], 0.0, 1.0),
+            delta=_open_unit("privacy.delta", privacy["delta"]),
             unit=_choice("privacy.unit", privacy.get("unit", "user"), PRIVACY_UNITS),
             accountant=_choice("privacy.accountant", privacy.get("accountant", "rdp"), ACCOUNTANTS),
             guarantee=guarantee,
             noise_seed=noise_seed,
+            allow_large_delta=_flag(
+                "privacy.allow_large_delta", privacy.get("allow_large_delta", False)
+            ),
         ),
         evaluation=EvalSpec(tuple(metrics), dict(downstream)),
         seed=seed,
@@ -174,13 +215,23 @@ def spec_from_dict(data: dict[str, Any]) -> RunSpec:
 
 
 def load_spec(path: str | Path) -> RunSpec:
-    """Read a YAML or JSON spec file (JSON is valid YAML)."""
-    text = Path(path).read_text()
+    """Read a YAML or JSON spec file. JSON is parsed as JSON first: YAML 1.1 reads a JSON
+    number such as ``1e-05`` (no dot) as a string."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path}: not valid YAML/JSON: {exc}") from exc
+        text = Path(path).read_text()
+        data = _json_or_none(text)
+        data = yaml.safe_load(text) if data is None else data
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        reason = " ".join(str(exc).split())  # YAML errors span lines; errors here are one
+        raise SpecError(f"{path}: not a readable YAML/JSON spec: {reason}") from exc
     return spec_from_dict(data)
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -208,9 +259,14 @@ def run_key(resolved: ResolvedSpec) -> str:
     """Readable canonical key plus a hash of the resolved spec without its seed.
 
     Runs that differ only in the seed share the digest, so the leaderboard groups them
-    into one entry by dropping the ``seed<N>`` part.
+    into one entry by dropping the ``seed<N>`` part. The key names a directory, so the
+    split's name and version (read from a manifest, or passed in) and the method name are
+    checked to be plain file-name parts first.
     """
     spec = resolved.spec
+    _path_part("split.name", resolved.split_name)
+    _path_part("split.version", resolved.split_version)
+    _method_name(spec.method.name)
     config = {k: v for k, v in resolved.to_dict().items() if k != "seed"}
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[
         :10
@@ -220,3 +276,8 @@ def run_key(resolved: ResolvedSpec) -> str:
         f"{resolved.split_name}@{resolved.split_version}__{spec.method.name}__eps{eps}"
         f"__{spec.privacy.unit}__seed{spec.seed}__{spec.profile}__{digest}"
     )
+
+
+def _path_part(where: str, value: object) -> None:
+    if not isinstance(value, str) or PATH_PART_PATTERN.fullmatch(value) is None:
+        raise SpecError(f"{where}: {value!r} must match ^{PATH_PART_PATTERN.pattern}$")

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -51,6 +52,9 @@ PUBLIC_START_CONFIGS: dict[str, dict[str, Any]] = {
 }
 SELECT_ON = "top1"  # next-token accuracy, the papers' reported metric
 PUBLIC_START_SEED = 0
+# Part of the cache key: files of the older format (a bare tensor, no key inside) are
+# never read, and code that expects them never finds files of this one.
+PUBLIC_START_FORMAT = "public-start/2"
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,9 @@ def public_start(ctx: MethodContext, config: dict[str, Any]) -> Any:
 
     It reads public and validation data only, and is deterministic given its inputs, so it
     is cached (flat parameters, keyed by the profile's model ids, the texts, the fine-tuning
-    settings and the seed) and the four adapters of a quickstart train it once.
+    settings and the seed) and the four adapters of a quickstart train it once. The cache
+    is shared by every run on the host, so the file is loaded as tensors only and carries
+    its key: a file made for other inputs, planted or corrupt is rebuilt, never used.
     """
     lm = ctx.profile.ondevice_lm()
     model = lm.new_model(PUBLIC_START_SEED)
@@ -126,20 +132,46 @@ def public_start(ctx: MethodContext, config: dict[str, Any]) -> Any:
         return model.eval()
     key = hashlib.sha256(
         json.dumps(
-            [ctx.profile.describe(), lm.name, public, validation, asdict(cfg), PUBLIC_START_SEED],
+            [
+                PUBLIC_START_FORMAT,
+                ctx.profile.describe(),
+                lm.name,
+                public,
+                validation,
+                asdict(cfg),
+                PUBLIC_START_SEED,
+            ],
             sort_keys=True,
         ).encode()
-    ).hexdigest()[:24]
-    path = cache_dir() / "public_start" / f"{key}.pt"
-    if path.exists():
-        load_flat(model, torch.load(path, weights_only=True))
+    ).hexdigest()
+    path = cache_dir() / "public_start" / f"{key[:24]}.pt"
+    if _load_cached_start(path, key, model):
         return model.eval()
     fine_tune(model, lm.tokenizer, public, validation, cfg, PUBLIC_START_SEED)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    torch.save(flat_params(model), tmp)
+    torch.save({"key": key, "params": flat_params(model)}, tmp)
     os.replace(tmp, path)
     return model.eval()
+
+
+def _load_cached_start(path: Path, key: str, model: Any) -> bool:
+    """Load the cached start into ``model`` if ``path`` holds one made for ``key`` (tensors
+    only, the right size); False means build it."""
+    if not path.is_file():
+        return False
+    try:
+        stored = torch.load(path, weights_only=True)
+    except Exception:  # a corrupt or foreign file is rebuilt, never trusted
+        return False
+    if not isinstance(stored, dict) or stored.get("key") != key:
+        return False
+    params = stored.get("params")
+    size = sum(p.numel() for p in model.parameters())
+    if not isinstance(params, torch.Tensor) or params.numel() != size:
+        return False
+    load_flat(model, params)
+    return True
 
 
 def flat_params(model: Any) -> torch.Tensor:

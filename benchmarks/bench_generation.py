@@ -1,14 +1,16 @@
 """Sampling throughput of the ``cpu`` generator (SmolLM2-135M-Instruct) at the methods' settings.
 
-Generation is the budget of every LLM-based method on the ``cpu`` profile (PE / PrE-Text /
-PE+SFT variations and final sets, POPri's K·J samples per round). This measures generated
-tokens/s and texts/s of ``HFGenerator.generate`` for a 3-shot-sized prompt (≈ 240 tokens,
-POPri's and PE's) and a short one, 64 new tokens, temperature 1, at several batch sizes and
-torch thread counts, so that a change to the sampling path can be judged as a ratio on the
-same machine. ``--llama-cpp`` adds llama.cpp (``llama-cpp-python``) on the same GGUF file,
-when it is installed.
+Generation is the budget of every LLM-based method on the ``cpu`` profile: PE / PrE-Text /
+PE+SFT variations (the causal span filler, ``--filler``) and final sets, POPri's K·J samples
+per round. This measures generated tokens/s and texts/s of ``HFGenerator.generate`` for a
+3-shot-sized prompt (≈ 240 tokens, POPri's and PE's Expand) and a short one, 64 new tokens,
+temperature 1, and texts/s of the span filler on 64-token texts at MASK% = 30 %, at several
+batch sizes, torch thread counts and sampling precisions (fp32, and bf16 autocast where the
+CPU has native bf16 kernels), so that a change to the sampling path is judged as a ratio on
+the same machine and the same run.
 
     python benchmarks/bench_generation.py [--texts 32] [--batch 8 16 32] [--threads 2]
+        [--precision fp32 bf16-autocast] [--filler]
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch  # noqa: E402
 
 from benchmark.profiles.base import SamplingParams  # noqa: E402
 from benchmark.profiles.cpu import CpuProfile  # noqa: E402
+from benchmark.profiles.hf_generator import native_bf16  # noqa: E402
 
 LINE = "I went to the market this morning and bought some bread, then we talked about films."
 
@@ -34,14 +37,22 @@ def prompts(n: int, words: int) -> list[str]:
     return [f"Example {i}: " + " ".join(text) for i in range(n)]
 
 
-def measure(generator, batch: int, n: int, words: int, new_tokens: int) -> tuple[float, float]:
+def measure_generate(generator, batch: int, n: int, words: int, new_tokens: int) -> str:
     generator.batch_size = batch
     params = SamplingParams(max_new_tokens=new_tokens, temperature=1.0, top_p=1.0, seed=0)
     began = time.perf_counter()
     texts = generator.generate(prompts(n, words), params, chat=False)
     seconds = time.perf_counter() - began
     tokens = sum(len(generator.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
-    return tokens / seconds, n / seconds
+    return f"{tokens / seconds:.0f} | {n / seconds:.2f} | {seconds * 1000 / n:.0f}"
+
+
+def measure_fill(filler, batch: int, n: int) -> str:
+    filler.batch_size = batch
+    began = time.perf_counter()
+    filler.fill(prompts(n, 48), mask_fraction=0.3, seed=0)
+    seconds = time.perf_counter() - began
+    return f"– | {n / seconds:.2f} | {seconds * 1000 / n:.0f}"
 
 
 def main() -> None:
@@ -50,22 +61,38 @@ def main() -> None:
     parser.add_argument("--batch", type=int, nargs="+", default=[8, 16, 32])
     parser.add_argument("--threads", type=int, nargs="+", default=[torch.get_num_threads()])
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument(
+        "--precision",
+        nargs="+",
+        default=["fp32", "bf16-autocast"] if native_bf16() else ["fp32"],
+        choices=["fp32", "bf16-autocast"],
+    )
+    parser.add_argument("--filler", action="store_true", help="also the span filler (PE)")
     args = parser.parse_args()
-    generator = CpuProfile().generator()
-    generate = generator.generate
-    generate(prompts(2, 20), SamplingParams(8, 1.0, 1.0, 0), chat=False)  # warm-up
-    print("| prompt | threads | batch | tokens/s | texts/s | s per 1,000 texts |")
-    print("|---|---|---|---|---|---|")
-    for words, label in ((180, "3-shot (~240 tok)"), (20, "short (~25 tok)")):
-        for threads in args.threads:
-            torch.set_num_threads(threads)
-            for batch in args.batch:
-                tps, texts = measure(generator, batch, args.texts, words, args.new_tokens)
-                print(
-                    f"| {label} | {threads} | {batch} | {tps:.0f} | {texts:.2f} "
-                    f"| {1000 / texts:.0f} |",
-                    flush=True,
-                )
+    profile = CpuProfile()
+    generator = profile.generator()
+    generator.generate(prompts(2, 20), SamplingParams(8, 1.0, 1.0, 0), chat=False)  # warm-up
+    cases = [
+        (f"generate, {label}", lambda b, w=words: measure_generate(
+            generator, b, args.texts, w, args.new_tokens))
+        for words, label in ((180, "3-shot prompt (~240 tok)"), (20, "short prompt (~25 tok)"))
+    ]  # fmt: skip
+    if args.filler:
+        filler = profile.masked_filler()
+        cases.append(("span filler, 64-tok text, 30 % masked", lambda b: measure_fill(
+            filler, b, args.texts)))  # fmt: skip
+    print("| what | precision | threads | batch | tokens/s | texts/s | ms per text |")
+    print("|---|---|---|---|---|---|---|")
+    for label, run in cases:
+        for precision in args.precision:
+            generator.precision = precision
+            for threads in args.threads:
+                torch.set_num_threads(threads)
+                for batch in args.batch:
+                    print(
+                        f"| {label} | {precision} | {threads} | {batch} | {run(batch)} |",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

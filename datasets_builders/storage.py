@@ -11,6 +11,10 @@ Everything is first written into a hidden sibling ``.<name>.tmp-<random>`` and r
 into place in one step, so an interrupted build leaves at most a hidden temporary
 directory (removed by the next build of the same target), never a split without its
 ``COMPLETE`` marker.
+
+A split is shared by every run on the host and keyed by its content hash, so
+:func:`load_split` recomputes that hash and refuses records edited after the build (one
+submission must not change the data another is scored on).
 """
 
 from __future__ import annotations
@@ -30,10 +34,16 @@ CLIENTS = "clients.json"
 DATA = "data"
 COMPLETE = "COMPLETE"
 BASE_COLUMNS = (TEXT, CLIENT_ID, DATE, LABEL, SOURCE_ID)
+# Fields load_split needs, with their JSON types.
+MANIFEST_FIELDS = {"name": str, "version": str, "content_hash": str, "source": dict, "build": dict}
 
 
 class IncompleteSplitError(FileNotFoundError):
     """The directory is not a finished split (missing, interrupted or not a split at all)."""
+
+
+class SplitError(ValueError):
+    """A finished split whose manifest is malformed or whose files do not match it."""
 
 
 def is_complete(path: str | Path) -> bool:
@@ -142,7 +152,13 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
             f"{path} is not a finished split (no {COMPLETE} marker or manifest): the build "
             "was interrupted or this is not a split directory; rebuild it"
         )
-    return json.loads((path / MANIFEST).read_text())
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SplitError(f"{path / MANIFEST}: not valid JSON: {exc}") from exc
+    if not isinstance(manifest, dict):
+        raise SplitError(f"{path / MANIFEST}: expected a JSON object")
+    return manifest
 
 
 def read_clients(path: str | Path) -> dict[str, Any]:
@@ -162,9 +178,36 @@ def read_parts(path: str | Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def load_split(path: str | Path) -> FederatedSplit:
-    """Load a finished split into the in-memory container every layer uses."""
+    """Load a finished split into the in-memory container every layer uses, after checking
+    that its records still hash to the manifest's content hash."""
+    path = Path(path)
     manifest = read_manifest(path)
-    return FederatedSplit(name=str(manifest["name"]), manifest=manifest, parts=read_parts(path))
+    for name, kind in MANIFEST_FIELDS.items():
+        if not isinstance(manifest.get(name), kind):
+            raise SplitError(
+                f"{path / MANIFEST}: field {name!r} is missing or not a {kind.__name__}"
+            )
+    try:
+        parts = read_parts(path)
+    except Exception as exc:  # any corruption of the stored records, in one line
+        reason = " ".join(str(exc).split())
+        raise SplitError(f"{path}: cannot read the stored records: {reason}") from exc
+    _check_content(path, manifest, parts)
+    return FederatedSplit(name=str(manifest["name"]), manifest=manifest, parts=parts)
+
+
+def _check_content(path: Path, manifest: dict[str, Any], parts: dict[str, list]) -> None:
+    """Refuse records (or a client sidecar) that no longer hash to the manifest's key."""
+    from datasets_builders.manifest import content_hash, sha256, version_of
+
+    clients = path / CLIENTS
+    clients_sha = sha256(clients.read_bytes()) if clients.is_file() else "missing"
+    actual = content_hash(parts, manifest["source"], manifest["build"], clients_sha)
+    if actual != manifest["content_hash"] or manifest["version"] != version_of(actual):
+        raise SplitError(
+            f"{path}: the stored records do not match the manifest's content hash "
+            f"{manifest['content_hash'][:12]} (changed after the build); rebuild the split"
+        )
 
 
 def find_splits(root: str | Path) -> Iterator[Path]:

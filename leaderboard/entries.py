@@ -2,7 +2,8 @@
 
 An entry's key is its run key without the seed; its metrics carry mean, std and a
 t-interval over seeds; ε is the largest ε recomputed over its seeds' ledgers. The
-``integrity`` digest covers everything else, so a hand-edited entry is detected.
+``integrity`` digest covers everything else, so an accidental edit is detected; anyone can
+recompute it, so the harness also signs each entry (leaderboard/signing.py).
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ def version_of(definition: dict[str, Any]) -> str:
 
 
 def integrity_digest(entry: dict[str, Any]) -> str:
-    body = {k: v for k, v in entry.items() if k != "integrity"}
+    """sha256 of the entry minus its digest and signature (the signature, added after the
+    digest, covers the digest; see leaderboard/signing.py)."""
+    body = {k: v for k, v in entry.items() if k not in ("integrity", "signature")}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 

@@ -103,6 +103,18 @@ ENTRY_SCHEMA: dict[str, Any] = {
         "packages": {"type": "object", "additionalProperties": {"type": "string"}},
         "runs": {"type": "array", "items": {"type": "string"}, "minItems": 1},
         "integrity": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+        # Ed25519 over the rest of the entry (leaderboard/signing.py); `leaderboard verify`
+        # refuses an entry without one unless told --allow-unsigned.
+        "signature": {
+            "type": "object",
+            "required": ["key_id", "algorithm", "value"],
+            "additionalProperties": False,
+            "properties": {
+                "key_id": {"type": "string", "pattern": "^[0-9a-f]{16}$"},
+                "algorithm": {"const": "ed25519"},
+                "value": {"type": "string", "pattern": "^[0-9a-f]{128}$"},
+            },
+        },
     },
 }
 

@@ -1,5 +1,10 @@
 """The static leaderboard site: one sortable table per split, privacy–utility plots, and
-every row linked to its entry JSON. Plain HTML + a few lines of JS; no network needed."""
+every row linked to its entry JSON. Plain HTML + a few lines of JS; no network needed.
+
+Every string that reaches the page comes from entries, manifests or directory names, which
+submissions and anyone with write access to a store control, so each one is escaped where
+it is written (text and attributes: :func:`_text`; link targets: :func:`_href`).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import math
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import quote
 
 from leaderboard.store import MANIFESTS_DIR, Row, labelled, rows_by_version
 from leaderboard.tables import (
@@ -67,9 +73,20 @@ AUDIT_COLUMNS = ("mia.loss_auc", "mia.reference_loss_auc", "dcr.auc")
 ROLE_BADGE = {"bound": "bound", "control": "control", "method": ""}
 
 
+def _text(value: object) -> str:
+    """Any value as HTML text or a quoted attribute value (quotes escaped too)."""
+    return html.escape(str(value), quote=True)
+
+
+def _href(target: str) -> str:
+    """A relative link target: percent-encoded but for the characters of plain file names
+    (so it stays a path, never a scheme or a second attribute) and escaped."""
+    return _text(quote(target, safe="/@+"))
+
+
 def _num(value: float | None, text: str) -> str:
     data = "" if value is None else repr(1e308 if math.isinf(value) else value)
-    return f'<td class="num" data-value="{data}">{text}</td>'
+    return f'<td class="num" data-value="{_text(data)}">{_text(text)}</td>'
 
 
 def _summary_cell(summary: dict | None, digits: int = 4) -> str:
@@ -113,8 +130,8 @@ def _split_header(split: str, manifest: dict | None) -> str:
 
 def _method_cell(row: Row) -> str:
     role = role_of(row)
-    badge = f' <span class="badge {role}">{role}</span>' if ROLE_BADGE[role] else ""
-    return f'<td data-value="{html.escape(row.method)}">{html.escape(row.method)}{badge}</td>'
+    badge = f' <span class="badge {_text(role)}">{_text(role)}</span>' if ROLE_BADGE[role] else ""
+    return f'<td data-value="{_text(row.method)}">{_text(row.method)}{badge}</td>'
 
 
 def _eps_cell(eps: float) -> str:
@@ -123,7 +140,8 @@ def _eps_cell(eps: float) -> str:
 
 def _row_class(row: Row, best: bool = False) -> str:
     """Role, best ranked cell, and rows from a store beside the primary one (yours)."""
-    return " ".join([role_of(row), *(["best"] if best else []), *(["theirs"] if row.store else [])])
+    classes = [role_of(row), *(["best"] if best else []), *(["theirs"] if row.store else [])]
+    return _text(" ".join(classes))
 
 
 def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[str, str]) -> str:
@@ -153,7 +171,7 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
                 len(row.entry["spec"].get("seeds", [])),
                 str(len(row.entry["spec"].get("seeds", []))),
             )
-            + f'<td><a href="{links[_record_name(row)]}">json</a></td></tr>'
+            + f'<td><a href="{_href(links[_record_name(row)])}">json</a></td></tr>'
         )
     cols = "".join(f"<th>{html.escape(h)}</th>" for h in [*head, "record"])
     return (
@@ -300,7 +318,9 @@ def _page(
 def _nav(all_versions: Sequence[str], current: str, prefix: str) -> str:
     """Links to every version's page, newest first; the shown one is not a link."""
     items = [
-        f"<b>{html.escape(v)}</b>" if v == current else f'<a href="{prefix}{v}/index.html">{v}</a>'
+        f"<b>{_text(v)}</b>"
+        if v == current
+        else f'<a href="{_href(f"{prefix}{v}/index.html")}">{_text(v)}</a>'
         for v in reversed(all_versions)
     ]
     return f'<p class="versions">Versions (newest first): {" · ".join(items)}</p>'
@@ -340,6 +360,7 @@ def write_site(
     shown = shown or (all_versions[-1] if all_versions else "none")
     out_dir.mkdir(parents=True, exist_ok=True)
     for version, rows in grouped.items():
+        (out_dir / version).mkdir(exist_ok=True)  # also for a version directory with no entries
         manifests: dict[str, dict] = {}
         for root in reversed(roots.values()):
             manifests.update(_manifests(root, version))

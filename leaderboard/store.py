@@ -12,6 +12,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
+from benchmark.registry import UnsafePathError, path_under, valid_name
 from leaderboard.entries import integrity_digest
 from leaderboard.schema import EntryError, validate_entry
 
@@ -19,9 +20,18 @@ INDEX_NAME = ".index.sqlite"
 
 
 def entry_path(root: Path, entry: dict[str, Any]) -> Path:
-    return (
-        root / entry["leaderboard_version"] / entry["split"]["name"] / f"{entry['entry_key']}.json"
-    )
+    """Where ``entry`` lives under ``root``. Its names come from the entry (a submission's,
+    possibly), so the method name must be a registrable name and each path part a plain
+    file name that stays under ``root``; otherwise :class:`EntryError` names the field."""
+    method = entry["method"]["name"]
+    if not valid_name(method):
+        raise EntryError(f"method.name: {method!r} is not a valid method name")
+    try:
+        version = path_under(root, entry["leaderboard_version"], where="leaderboard_version")
+        split = path_under(version, entry["split"]["name"], where="split.name")
+        return path_under(split, f"{entry['entry_key']}.json", where="entry_key")
+    except UnsafePathError as exc:
+        raise EntryError(str(exc)) from exc
 
 
 def write_entry(root: Path, entry: dict[str, Any]) -> Path:
@@ -58,7 +68,8 @@ def entry_files(root: Path) -> list[Path]:
 
 def write_manifest(root: Path, lb_version: str, name: str, manifest: dict[str, Any]) -> Path:
     """Keep the split manifest beside the entries so verification needs no split data."""
-    path = root / lb_version / MANIFESTS_DIR / f"{name}@{manifest['version']}.json"
+    manifests = path_under(root, lb_version, where="leaderboard_version") / MANIFESTS_DIR
+    path = path_under(manifests, f"{name}@{manifest['version']}.json", where="split manifest")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return path

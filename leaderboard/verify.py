@@ -1,18 +1,23 @@
-"""``leaderboard verify``: every entry's schema, integrity, ε from its ledgers, and split hash;
-every version's stored definition against its name."""
+"""``leaderboard verify``: every entry's schema, integrity, place, ε from its ledgers, split
+hash and signature; every version's stored definition against its name; ``leaderboard sign``
+for entries written before the harness signed them."""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from benchmark.privacy.accountants import epsilon_from_ledger
 from benchmark.privacy.ledger import PrivacyLedger
 from leaderboard.entries import version_of
 from leaderboard.schema import EntryError
-from leaderboard.store import VERSION_FILE, entry_files, read_entry
+from leaderboard.signing import check_signature, key_files, load_public_key, sign_entry
+from leaderboard.store import VERSION_FILE, entry_files, entry_path, read_entry, write_entry
 
 EPSILON_TOLERANCE = 1e-6
 
@@ -51,17 +56,67 @@ def check_entry(entry: dict[str, Any], split_hashes: dict[str, str] | None = Non
             )
 
 
-def verify_tree(root: Path, split_hashes: dict[str, str] | None = None) -> list[tuple[Path, str]]:
-    """(path, problem) for every entry under ``root`` that fails; empty when all pass."""
+def _check_stored(root: Path, path: Path, split_hashes: dict[str, str] | None) -> dict[str, Any]:
+    """Read one stored entry and run every check but its signature; returns it."""
+    entry = read_entry(path)
+    if entry_path(root, entry) != path:  # a copy under another name would be a second row
+        raise EntryError(
+            f"stored at the wrong place: its content belongs at "
+            f"{entry_path(root, entry).relative_to(root)}"
+        )
+    check_entry(entry, split_hashes)
+    return entry
+
+
+def verify_tree(
+    root: Path,
+    split_hashes: dict[str, str] | None = None,
+    *,
+    allow_unsigned: bool = False,
+    trusted: Collection[str] | None = None,
+) -> list[tuple[Path, str]]:
+    """(path, problem) for every entry, version definition or keyring file under ``root``
+    that fails; empty when all pass. Entries must be signed by a key of the store's keyring
+    (only those in ``trusted`` when given) unless ``allow_unsigned``."""
     problems = []
     for path in root.glob(f"lb-*/{VERSION_FILE}"):
         definition = {k: v for k, v in json.loads(path.read_text()).items() if k != "started"}
         name = version_of(definition)
         if name != path.parent.name:
             problems.append((path, f"the version definition hashes to {name}"))
+    keys = {}
+    for path in key_files(root):
+        try:
+            keys[path.stem] = load_public_key(path)
+        except EntryError as exc:
+            problems.append((path, str(exc)))
+    if trusted is not None:
+        keys = {kid: key for kid, key in keys.items() if kid in trusted}
     for path in entry_files(root):
         try:
-            check_entry(read_entry(path), split_hashes)
+            entry = _check_stored(root, path, split_hashes)
+            if not (allow_unsigned and "signature" not in entry):
+                check_signature(entry, keys)
         except EntryError as exc:
             problems.append((path, str(exc)))
     return problems
+
+
+def sign_unsigned(
+    root: Path, key: Ed25519PrivateKey, split_hashes: dict[str, str] | None = None
+) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """Sign every unsigned entry that passes all other checks (signed paths, problems).
+
+    For entries written before the harness signed them. An entry that fails a check is left
+    unsigned, and a signed one is never re-signed: signing must not launder an edit.
+    """
+    signed, problems = [], []
+    for path in entry_files(root):
+        try:
+            entry = _check_stored(root, path, split_hashes)
+        except EntryError as exc:
+            problems.append((path, str(exc)))
+            continue
+        if "signature" not in entry:
+            signed.append(write_entry(root, sign_entry(entry, key)))
+    return signed, problems

@@ -61,7 +61,8 @@ class ClientTrainer:
     copy (one instance reused across clients: every call first loads the broadcast
     parameters), never the server's model, which would otherwise be left holding the last
     client's un-noised locally trained weights.
-    Shuffling and dropout draw from torch's global RNG, which the runner seeds per round.
+    Shuffling and dropout draw from torch's global RNG, which the pool seeds per client call
+    (secret seed, release, client).
     The first ``max_samples`` texts of a client are used (records in split order).
     """
 

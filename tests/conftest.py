@@ -1,7 +1,8 @@
 """Test-session environment, set at import time, before anything imports transformers.
 
 The hub is off (a hub call fails at once instead of retrying DNS for ~47 s), and every cache
-(Hugging Face, fedsynth's own) points into a throw-away session directory.
+(Hugging Face, fedsynth's own) and the entry-signing key point into a throw-away session
+directory.
 """
 
 import atexit
@@ -22,3 +23,5 @@ os.environ["TQDM_DISABLE"] = "1"  # progress bars (benchmark.progress) stay quie
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ["HF_HOME"] = os.path.join(_SESSION_DIR, "huggingface")
 os.environ["FEDSYNTH_CACHE"] = os.path.join(_SESSION_DIR, "fedsynth")
+# entries are signed with a throw-away key, never the host's ~/.config/fedsynth one
+os.environ["FEDSYNTH_SIGNING_KEY"] = os.path.join(_SESSION_DIR, "signing-key.pem")

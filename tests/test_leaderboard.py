@@ -14,6 +14,7 @@ from benchmark.runner import run
 from benchmark.spec import spec_from_dict
 from leaderboard.entries import build_entry, version_definition, version_of
 from leaderboard.schema import EntryError
+from leaderboard.signing import host_key, sign_entry
 from leaderboard.site import write_site
 from leaderboard.store import (
     Row,
@@ -60,13 +61,18 @@ def run_artifact_text(tmp_path, record):
     )
 
 
+def publish(root, entry):
+    """Write an entry as the harness does: signed with the host key (the session's, in tests)."""
+    return write_entry(root, sign_entry(entry, host_key(root)))
+
+
 @pytest.fixture
 def store(tmp_path):
     root = tmp_path / "results"
     version = version_of(version_definition(["abc"], [{"name": "toy"}]))
     write_manifest(root, version, "toy", {"version": "v-test", "content_hash": "abc"})
     for eps in (1.0, 4.0):
-        write_entry(root, build_entry(fake_records(tmp_path, eps, seeds=(0, 1, 2)), version))
+        publish(root, build_entry(fake_records(tmp_path, eps, seeds=(0, 1, 2)), version))
     return root
 
 
@@ -95,7 +101,7 @@ def test_a_new_split_or_metric_definition_starts_a_new_version():
 def test_newest_version_is_shown_and_old_versions_stay_browsable(store, tmp_path):
     old = query(store)[0].leaderboard_version  # undescribed: from before versions were
     newer = write_version(store, version_definition(["abc"], [{"name": "newer"}]))
-    write_entry(store, build_entry(fake_records(tmp_path, 2.0, seeds=(0,)), newer))
+    publish(store, build_entry(fake_records(tmp_path, 2.0, seeds=(0,)), newer))
     assert versions(store) == [old, newer]
     assert [r.leaderboard_version for r in query(store)] == [newer]
     assert len(query(store, version=old)) == 2
@@ -238,7 +244,7 @@ def test_site_renders_and_sorts_in_headless_chromium(store, tmp_path):
 
     old = query(store)[0].leaderboard_version
     newer = write_version(store, version_definition(["abc"], [{"name": "newer"}]))
-    write_entry(store, build_entry(fake_records(tmp_path, 2.0, seeds=(0,)), newer))
+    publish(store, build_entry(fake_records(tmp_path, 2.0, seeds=(0,)), newer))
     site = tmp_path / "site"
     result = CliRunner().invoke(
         cli,

@@ -24,8 +24,9 @@ def test_quickstart_prints_the_table_writes_the_site_and_ranks_a_submission(tmp_
         *("--published", str(published)),
     ]
     site = tmp_path / "site"
+    nothing_published = ("--published", str(tmp_path / "empty"))  # not the checkout's results/
     first = CliRunner().invoke(
-        cli, ["quickstart", "--suite", "tiny", *store[:6], "--site", str(site)]
+        cli, ["quickstart", "--suite", "tiny", *store[:6], *nothing_published, "--site", str(site)]
     )
     assert first.exit_code == 0, first.output
     # the user's first run becomes "the published store" of the next one; a second user's

@@ -41,6 +41,7 @@ def test_submit_produces_ranked_verifiable_entries(tmp_path):
     with tarfile.open(bundle) as tar:
         names = tar.getnames()
     assert any("_manifests/" in n for n in names)
+    assert any(n.startswith("_keys/") and n.endswith(".pub") for n in names)  # who signed
     [entry_name] = [n for n in names if "example_public_selection" in n]
 
     tampered = store / entry_name

@@ -1,4 +1,4 @@
-"""``fedsynth leaderboard``: show tables, write/serve the site, verify entries."""
+"""``fedsynth leaderboard``: show tables, write/serve the site, verify and sign entries."""
 
 from __future__ import annotations
 
@@ -123,16 +123,66 @@ def serve(site_dir: str, port: int) -> None:
 
 @leaderboard_group.command("verify")
 @RESULTS
-def verify(results_dir: str) -> None:
-    """Check every entry: schema, integrity digest, ε recomputed from its ledgers, split hash."""
-    from leaderboard.store import entry_files, manifest_hashes
+@click.option(
+    "--allow-unsigned",
+    is_flag=True,
+    help="Accept entries without a signature (their content is then anchored to nothing).",
+)
+@click.option(
+    "--trust",
+    "trusted",
+    multiple=True,
+    metavar="KEY_ID",
+    help="Accept only signatures by this key (repeatable; default: every key in _keys/).",
+)
+def verify(results_dir: str, allow_unsigned: bool, trusted: tuple[str, ...]) -> None:
+    """Check every entry: schema, integrity digest, place, ε recomputed from its ledgers,
+    split hash, and a signature by a key in the store's _keys/ (docs/architecture.md,
+    "Record integrity")."""
+    from collections import Counter
+
+    from leaderboard.store import entry_files, manifest_hashes, read_entry
     from leaderboard.verify import verify_tree
 
     root = Path(results_dir)
-    problems = verify_tree(root, manifest_hashes(root))
+    problems = verify_tree(
+        root, manifest_hashes(root), allow_unsigned=allow_unsigned, trusted=trusted or None
+    )
     for path, problem in problems:
         click.echo(f"REJECTED {path}: {problem}", err=True)
     total = len(entry_files(root))
     if problems:
         raise click.ClickException(f"{len(problems)} of {total} entries failed verification")
-    click.echo(f"all {total} entries verified")
+    signers = Counter(
+        read_entry(p).get("signature", {}).get("key_id", "UNSIGNED") for p in entry_files(root)
+    )
+    by = ", ".join(f"{kid} ×{n}" for kid, n in sorted(signers.items()))
+    click.echo(f"all {total} entries verified" + (f" (signatures: {by})" if total else ""))
+    if signers["UNSIGNED"]:
+        click.echo(f"{signers['UNSIGNED']} unsigned entries accepted by --allow-unsigned", err=True)
+
+
+@leaderboard_group.command("sign")
+@RESULTS
+def sign(results_dir: str) -> None:
+    """Sign the store's unsigned entries with this host's key ($FEDSYNTH_SIGNING_KEY, else
+    ~/.config/fedsynth/signing-key.pem) and export its public key into _keys/. For entries
+    written before the harness signed them; entries that fail verification are left
+    unsigned, signed ones are never re-signed."""
+    from leaderboard.signing import SigningKeyError, host_key
+    from leaderboard.store import manifest_hashes
+    from leaderboard.verify import sign_unsigned
+
+    root = Path(results_dir)
+    try:
+        key = host_key(root)
+    except SigningKeyError as exc:
+        raise click.ClickException(str(exc)) from exc
+    signed, problems = sign_unsigned(root, key, manifest_hashes(root))
+    for path in signed:
+        click.echo(f"signed {path}")
+    for path, problem in problems:
+        click.echo(f"NOT SIGNED {path}: {problem}", err=True)
+    if problems:
+        raise click.ClickException(f"{len(problems)} entries failed verification; not signed")
+    click.echo(f"signed {len(signed)} entries")

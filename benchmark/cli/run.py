@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
+from benchmark.artifact import ArtifactError
 from benchmark.privacy.errors import PrivacyError
-from benchmark.registry import RegistryError
+from benchmark.registry import RegistryError, UnsafePathError
 from benchmark.spec import SpecError, load_spec
 
 
@@ -28,12 +29,19 @@ def run_command(spec: str, runs_dir: str) -> None:
     evaluates the released artifact and writes runs/<run-key>/result.json. Running the
     same spec again resumes from the last finished round.
     """
-    from benchmark.runner import run
+    from benchmark.runner import UnsafeCheckpointError, run
 
     try:
         result = run(load_spec(spec), runs_root=Path(runs_dir))
-    except (SpecError, RegistryError, PrivacyError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    except (
+        SpecError,
+        RegistryError,
+        PrivacyError,
+        ArtifactError,
+        UnsafePathError,
+        UnsafeCheckpointError,
+    ) as exc:  # a bad spec, split, checkpoint or release: one line, no traceback
+        raise click.ClickException(" ".join(str(exc).split())) from exc
     privacy = result.record["privacy"]
     click.echo(f"run: {result.run_key}")
     click.echo(

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from benchmark.privacy.errors import PrivacyError
-from benchmark.registry import RegistryError, load_plugin_file
+from benchmark.registry import RegistryError, UnsafePathError, check_under, load_plugin_file
 from benchmark.spec import SpecError
 
 STORE_OPTIONS = [
@@ -157,13 +157,27 @@ def submit(
 
 
 def write_bundle(out: Path, results_root: Path, entries: list[dict[str, Any]]) -> None:
-    """Entries (which embed their resolved specs) plus the split manifests they cite."""
+    """Entries (which embed their resolved specs) plus the split manifests they cite and the
+    public key that signed them (the submitter's own: maintainers decide whether to accept
+    it into the published keyring)."""
+    from leaderboard.signing import public_key_path
     from leaderboard.store import MANIFESTS_DIR, entry_path
 
     with tarfile.open(out, "w:gz") as tar:
         for entry in entries:
-            path = entry_path(results_root, entry)
-            tar.add(path, arcname=str(path.relative_to(results_root)))
+            path = entry_path(results_root, entry)  # refuses names that leave the store
+            _pack(tar, results_root, path)
             manifests = results_root / entry["leaderboard_version"] / MANIFESTS_DIR
             for manifest in manifests.glob(f"{entry['split']['name']}@*.json"):
-                tar.add(manifest, arcname=str(manifest.relative_to(results_root)))
+                _pack(tar, results_root, manifest)
+        for kid in sorted({entry["signature"]["key_id"] for entry in entries}):
+            _pack(tar, results_root, public_key_path(results_root, kid))
+
+
+def _pack(tar: tarfile.TarFile, root: Path, path: Path) -> None:
+    """Add one regular file under ``root`` to the bundle: a name or a symlink planted in
+    the store must not pack files from elsewhere on the host into it."""
+    check_under(root, path, where="bundle file")
+    if not path.is_file():
+        raise UnsafePathError(f"bundle file: {path} is not a regular file")
+    tar.add(path, arcname=str(path.relative_to(root)), recursive=False)

@@ -3,13 +3,20 @@
 The pool sets a context flag around each client-side call. A :class:`ClientData` or
 :class:`ClientBatch` leaked to the server (kept in a variable, returned, stored on the
 method) raises :class:`PrivacyError` when read outside that scope.
+
+Each client-side call also runs under :func:`seeded_rngs`, so its randomness is a function
+of the call's seed alone: that is what lets the pool recompute a client's row in another
+process and compare (:mod:`benchmark.federation.recompute`).
 """
 
 from __future__ import annotations
 
+import random
+import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -28,6 +35,43 @@ def client_scope() -> Iterator[None]:
         yield
     finally:
         _IN_CLIENT_SCOPE.reset(token)
+
+
+@contextmanager
+def seeded_rngs(seed: int) -> Iterator[None]:
+    """Seed Python's, numpy's and (when imported) torch's global RNGs for one client-side
+    call, then give the caller its own states back.
+
+    Seeding makes a call's randomness depend on its seed only (the pool derives it from its
+    secret seed, the release and the client), so the same call run alone elsewhere draws the
+    same numbers; restoring keeps the server's randomness independent of the client calls.
+    Randomness from anywhere else (an unseeded ``np.random.default_rng()``, ``os.urandom``,
+    Python's per-process string hashing) differs when recomputed and fails the check.
+    """
+    py_state, np_state = random.getstate(), np.random.get_state()
+    torch = sys.modules.get("torch")
+    with _torch_seeded(torch, seed) if torch is not None else nullcontext():
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        try:
+            yield
+        finally:
+            random.setstate(py_state)
+            np.random.set_state(np_state)
+
+
+@contextmanager
+def _torch_seeded(torch: ModuleType, seed: int) -> Iterator[None]:
+    """torch's CPU generator (and CUDA's, once initialised) seeded inside, restored after.
+
+    CUDA is seeded only when already initialised: seeding it before would queue a lazy seed
+    that outlives the call."""
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.random.default_generator.manual_seed(seed)
+        if devices:
+            torch.cuda.manual_seed_all(seed)
+        yield
 
 
 def _require_client_scope(what: str) -> None:
@@ -80,7 +124,10 @@ class ClientBatch:
     """Several clients processed by one vectorised client-side function.
 
     The function must compute each row from that row's client only (as if run on each
-    device); the pool clips and noises every row separately before summing.
+    device), and its randomness must not depend on who else is in the batch: the pool seeds
+    the RNGs once per batch call, and recomputes sampled rows in a batch of one with the
+    same seed (:mod:`benchmark.federation.recompute`). It clips and noises every row
+    separately before summing.
     """
 
     __slots__ = ("_clients",)

@@ -6,11 +6,16 @@ client's own data, clips every client's vector to the declared L2 bound, sums, a
 Gaussian noise of the declared multiplier, records the release in the privacy ledger, and
 returns only the noisy sum. It never returns texts, per-client values, or the sampled
 count (which is private under Poisson sampling).
+
+Clipping each row bounds one client's influence only if each row comes from one client,
+so the pool checks that, on a sample, in a clean process (see :class:`ClientPool`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.federation.clients import ClientBatch, ClientData, client_scope
+from benchmark.federation.clients import ClientBatch, ClientData, client_scope, seeded_rngs
 from benchmark.federation.costs import CostCounters, count_payload
+from benchmark.federation.recompute import BATCH, CLIENT, ENCODE, Recheck, output_rows
 from benchmark.federation.tree import TreeAggregator
 from benchmark.privacy.errors import PrivacyError
 from benchmark.privacy.ledger import (
@@ -32,6 +38,41 @@ from benchmark.privacy.ledger import (
 
 ClientFn = Callable[[ClientData, Any], np.ndarray]
 BatchFn = Callable[[ClientBatch, Any], np.ndarray]
+
+INDEPENDENCE_CHECKS = 8  # clients recomputed alone per private release (see ClientPool)
+# Streams of the secret seed (0-4: sampling, noise, cohorts, tree nodes, DP-SGD).
+CLIENT_STREAM, BATCH_STREAM, ENCODE_STREAM = 5, 6, 7
+
+_NUMPY_INTEGERS = frozenset(
+    {np.byte, np.ubyte, np.short, np.ushort, np.intc, np.uintc, np.int_, np.uint}
+    | {np.longlong, np.ulonglong}
+)
+_NUMPY_FLOATS = frozenset({np.half, np.single, np.double, np.longdouble})
+
+
+def plain_number(name: str, value: object, *, integer: bool = False) -> int | float:
+    """``value`` as a builtin ``int`` (or ``float``), or a :class:`PrivacyError` naming it.
+
+    The exact type is checked, not ``isinstance``: a subclass of ``float`` can override
+    ``__mul__`` or ``__float__`` and record σ = 4.3 while the noise it scales is zero. Only
+    ``int``, ``float`` and numpy's own scalar types pass (``bool`` does not), and the
+    conversion uses their own arithmetic.
+    """
+    kind = type(value)
+    if kind is int or kind in _NUMPY_INTEGERS:
+        return int(value)  # type: ignore[call-overload]
+    if not integer and (kind is float or kind in _NUMPY_FLOATS):
+        return float(value)  # type: ignore[arg-type]
+    wanted = "an int" if integer else "an int or a float"
+    raise PrivacyError(f"{name} must be {wanted} (a plain number), got {kind.__name__}")
+
+
+def plain_flag(name: str, value: object) -> bool:
+    """``value`` if it is exactly a ``bool``: an object whose truth changes between reads
+    could run one path in the pool and another in the check."""
+    if type(value) is not bool:
+        raise PrivacyError(f"{name} must be True or False, got {type(value).__name__}")
+    return value
 
 
 class ServerAccessError(PrivacyError, AttributeError):
@@ -51,7 +92,34 @@ class Aggregate:
 
 
 class ClientPool:
-    """Private clients behind the privacy boundary (one privacy unit per client)."""
+    """Private clients behind the privacy boundary (one privacy unit per client).
+
+    Every numeric argument of the public methods is checked to be a plain number
+    (:func:`plain_number`), and the pool's state can be loaded only into a fresh pool, once
+    (:meth:`load_state_dict`), so the release counter, hence the noise, never repeats.
+
+    **Independence check.** Each client-side call runs with Python's, numpy's and torch's
+    global RNGs seeded from (secret seed, release, client) — once per call for batched
+    functions — and the caller's RNG states restored after. For every private release
+    (``aggregate`` with noise, each ``tree_step``, the ``encode`` of ``dp_sgd``),
+    ``independence_checks`` = s of the sampled clients (all of them when fewer) are drawn
+    from OS entropy (not from the pool's seed, which server code in this process could
+    read to predict them) and recomputed alone, each in a process holding only that client
+    (:mod:`benchmark.federation.recompute`); the release is refused, before noise and
+    before the ledger records it, if any row differs (float32 tolerance).
+
+    Detection probability: if a fraction f of a release's n rows would differ when
+    recomputed alone, s uniformly drawn clients all miss with probability
+    C((1−f)n, s)/C(n, s) ≤ (1−f)^s ≤ e^(−f·s). A batched function that mixes every row
+    (f = 1) is caught with probability 1 for s ≥ 1; a function that corrupts one row among
+    n is caught with probability s/n per release, 1 − (1 − s/n)^R over R releases; a
+    release with at most s participants is recomputed whole, so any differing row is
+    caught. With s = 8, a function corrupting a quarter of the rows is caught with
+    probability ≥ 1 − 0.75^8 ≈ 0.90 per release. A batched function's randomness must not
+    depend on who else is in the batch (a batch of one is seeded like the full batch).
+    Non-private releases are not checked (their ε is already infinite).
+    ``independence_checks=0`` turns the check off; the runner never does.
+    """
 
     def __init__(
         self,
@@ -61,6 +129,7 @@ class ClientPool:
         seed: int,
         unit: str = "user",
         allow_nonprivate: bool = False,
+        independence_checks: int = INDEPENDENCE_CHECKS,
     ) -> None:
         self._ids = sorted(clients)
         self._clients = [ClientData(list(clients[cid]), {}) for cid in self._ids]
@@ -68,7 +137,11 @@ class ClientPool:
         self._seed = seed
         self._unit = unit
         self._allow_nonprivate = allow_nonprivate
+        self._checks = plain_number("independence_checks", independence_checks, integer=True)
+        if self._checks < 0:
+            raise PrivacyError(f"independence_checks must be >= 0, got {self._checks}")
         self._release_index = 0
+        self._restored = False
         self._trees: dict[str, TreeAggregator] = {}
         self.costs = CostCounters()
 
@@ -88,6 +161,19 @@ class ClientPool:
 
     def _rng(self, *stream: int) -> np.random.Generator:
         return np.random.default_rng([self._seed, self._release_index, *stream])
+
+    def _call_seed(self, *key: int) -> int:
+        """Seed of one client-side call: 64 bits of a BLAKE2b hash of the secret seed and
+        ``key``. Client code can read its seed (``torch.initial_seed()``); a cryptographic
+        hash keeps it from giving away the secret seed, which also draws the noise."""
+        digest = hashlib.blake2b(repr((self._seed, *key)).encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "little")
+
+    def _recheck(self, kind: str, fn: Any, payload: Any, population: list[int]) -> Recheck:
+        """The independence check of one release over the clients in ``population``."""
+        count = min(self._checks, len(population))
+        chosen = frozenset(secrets.SystemRandom().sample(population, count))
+        return Recheck(kind, fn, payload, chosen)
 
     def _check_mechanism(self, clip_norm: float, noise_multiplier: float) -> bool:
         """Validate the declared mechanism; True when it is a non-private release."""
@@ -152,25 +238,58 @@ class ClientPool:
         dim: int,
         batched: bool,
         expected: float,
+        call_key: tuple[int, ...],
+        checked: bool,
     ) -> np.ndarray:
         """Sum of the clipped client vectors. One client at a time unless ``batched``, so only
-        one client's vector (e.g. a full model delta) is held at once. Costs are counted for
-        the ``expected`` (public) number of participants."""
+        one client's vector (e.g. a full model delta) is held at once, besides the (at most
+        ``independence_checks``) rows kept for the check. Calls are seeded from ``call_key``;
+        with ``checked``, the kept rows are recomputed alone before the sum is returned.
+        Costs are counted for the ``expected`` (public) number of participants; client
+        seconds exclude the check."""
         floats_down, texts_down = count_payload(payload)
+        population = indices if checked else []
+        check = self._recheck(BATCH if batched else CLIENT, fn, payload, population)
         start = time.perf_counter()
-        total = np.zeros(dim)
         with client_scope():
-            if batched and indices:
-                batch = ClientBatch([self._clients[i] for i in indices])
-                total += self._row_sum(
-                    self._validated(fn(batch, payload), len(indices), dim), clip_norm
-                )
-            elif indices:
+            if batched:
+                total = self._batch_sum(indices, fn, payload, clip_norm, dim, call_key, check)
+            else:
+                total = np.zeros(dim)
                 for i in indices:
-                    row = self._validated(np.asarray(fn(self._clients[i], payload))[None], 1, dim)
+                    seed = self._call_seed(*call_key, CLIENT_STREAM, i)
+                    with seeded_rngs(seed):
+                        row = self._validated(
+                            np.asarray(fn(self._clients[i], payload))[None], 1, dim
+                        )
+                    check.submit(i, self._clients[i]._records, seed, {"row": row[0]})
                     total += self._row_sum(row, clip_norm)
-        self.costs.add(expected, floats_down, texts_down, dim, time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        check.finish(seconds)
+        self.costs.add(expected, floats_down, texts_down, dim, seconds)
         return total
+
+    def _batch_sum(
+        self,
+        indices: list[int],
+        fn: Any,
+        payload: Any,
+        clip_norm: float,
+        dim: int,
+        call_key: tuple[int, ...],
+        check: Recheck,
+    ) -> np.ndarray:
+        """One batched call over ``indices`` (seeded once), its rows clipped and summed."""
+        if not indices:
+            return np.zeros(dim)
+        seed = self._call_seed(*call_key, BATCH_STREAM)
+        with seeded_rngs(seed):
+            rows = self._validated(
+                fn(ClientBatch([self._clients[i] for i in indices]), payload), len(indices), dim
+            )
+        for position, i in enumerate(indices):
+            check.submit(i, self._clients[i]._records, seed, {"row": rows[position : position + 1]})
+        return self._row_sum(rows, clip_norm)
 
     def aggregate(
         self,
@@ -189,10 +308,23 @@ class ClientPool:
         Noise std is ``noise_multiplier * clip_norm`` per coordinate. With ``batched``,
         ``client_fn`` takes a :class:`ClientBatch` and returns one row per client.
         """
+        dim = plain_number("dim", dim, integer=True)
+        clip_norm = plain_number("clip_norm", clip_norm)
+        noise_multiplier = plain_number("noise_multiplier", noise_multiplier)
+        sample_rate = plain_number("sample_rate", sample_rate)
+        batched = plain_flag("batched", batched)
         nonprivate = self._check_mechanism(clip_norm, noise_multiplier)
         indices = self._sample(sample_rate)
         total = self._clipped_sum(
-            indices, client_fn, payload, clip_norm, dim, batched, sample_rate * self.num_clients
+            indices,
+            client_fn,
+            payload,
+            clip_norm,
+            dim,
+            batched,
+            sample_rate * self.num_clients,
+            call_key=(self._release_index,),
+            checked=not nonprivate,
         )
         if not nonprivate:
             total = total + self._rng(1).normal(0.0, noise_multiplier * clip_norm, size=dim)
@@ -244,10 +376,19 @@ class ClientPool:
     ) -> Any:
         """Sample-level / central DP: DP-SGD over the units, one example per unit.
 
-        See :func:`benchmark.federation.dp_sgd.run_dp_sgd`; ``encode`` runs client side.
+        See :func:`benchmark.federation.dp_sgd.run_dp_sgd`; ``encode`` runs client side, on
+        all examples at once, so its rows are checked for independence like a batched
+        function's. The per-example gradients need no such check: opacus computes and clips
+        them from the model and ``loss_fn`` per example (a ``loss_fn`` that mixes the
+        examples of a batch is outside what recomputation can see).
         """
         from benchmark.federation.dp_sgd import run_dp_sgd
 
+        noise_multiplier = plain_number("noise_multiplier", noise_multiplier)
+        clip_norm = plain_number("clip_norm", clip_norm)
+        batch_size = plain_number("batch_size", batch_size, integer=True)
+        steps = plain_number("steps", steps, integer=True)
+        lr = plain_number("lr", lr)
         if self._check_mechanism(clip_norm, noise_multiplier):
             raise PrivacyError("DP-SGD needs noise_multiplier > 0")
         if any(len(c._records) != 1 for c in self._clients):
@@ -260,7 +401,7 @@ class ClientPool:
             model, sample_rate = run_dp_sgd(
                 model,
                 examples,
-                encode,
+                self._checked_encode(encode),
                 loss_fn,
                 noise_multiplier=noise_multiplier,
                 clip_norm=clip_norm,
@@ -284,6 +425,24 @@ class ClientPool:
         self._release_index += 1
         return model
 
+    def _checked_encode(self, encode: Callable[[list[dict[str, Any]]], Any]) -> Any:
+        """``encode`` seeded, with its per-example rows checked before DP-SGD uses them."""
+        seed = self._call_seed(self._release_index, ENCODE_STREAM)
+
+        def checked(examples: list[dict[str, Any]]) -> Any:
+            check = self._recheck(ENCODE, encode, None, list(range(self.num_clients)))
+            start = time.perf_counter()
+            with seeded_rngs(seed):
+                tensors = encode(examples)
+            rows = output_rows(ENCODE, tensors)
+            for i in sorted(check.chosen):
+                one = {name: array[i : i + 1] for name, array in rows.items()}
+                check.submit(i, self._clients[i]._records, seed, one)
+            check.finish(time.perf_counter() - start)
+            return tensors
+
+        return checked
+
     def open_tree(
         self,
         name: str,
@@ -298,6 +457,12 @@ class ClientPool:
         disjoint cohorts of ``cohort_size``, so each client contributes to one leaf only.
         The whole tree (``max_leaves`` caps it) is recorded in the ledger now; returns
         its number of leaves."""
+        dim = plain_number("dim", dim, integer=True)
+        clip_norm = plain_number("clip_norm", clip_norm)
+        noise_multiplier = plain_number("noise_multiplier", noise_multiplier)
+        cohort_size = plain_number("cohort_size", cohort_size, integer=True)
+        if max_leaves is not None:
+            max_leaves = plain_number("max_leaves", max_leaves, integer=True)
         if self._check_mechanism(clip_norm, noise_multiplier):
             raise PrivacyError("tree aggregation is a private mechanism; use aggregate() instead")
         if not 1 <= cohort_size <= self.num_clients:
@@ -333,12 +498,21 @@ class ClientPool:
         self, name: str, client_fn: ClientFn | BatchFn, payload: Any = None, batched: bool = False
     ) -> np.ndarray:
         """Add the next cohort's clipped sum as a leaf; return the noisy prefix sum so far."""
+        batched = plain_flag("batched", batched)
         if name not in self._trees:
             raise PrivacyError(f"no open tree named {name!r}")
         tree = self._trees[name]
         cohort = tree.next_cohort()
         leaf = self._clipped_sum(
-            cohort, client_fn, payload, tree.clip_norm, tree.dim, batched, len(cohort)
+            cohort,
+            client_fn,
+            payload,
+            tree.clip_norm,
+            tree.dim,
+            batched,
+            len(cohort),
+            call_key=(*tree.seed[1:], tree.step),
+            checked=True,
         )
         return tree.add_leaf(leaf)
 
@@ -352,7 +526,18 @@ class ClientPool:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._release_index = state["release_index"]
+        """Restore a checkpointed pool (the runner, at resume): only into a fresh pool, once.
+
+        Loading into a pool that has released anything, or loading twice, could rewind the
+        release counter: the next release would draw the same noise as an earlier one and
+        the difference of the two would cancel it."""
+        if self._release_index or self._restored:
+            raise PrivacyError(
+                "pool state can only be loaded into a fresh pool, once (when a run resumes): "
+                "rewinding the release counter would draw the same noise twice"
+            )
+        self._restored = True
+        self._release_index = plain_number("release_index", state["release_index"], integer=True)
         for client, memo in zip(self._clients, state["memos"], strict=True):
             client._memo.clear()
             client._memo.update(memo)

@@ -203,7 +203,7 @@ class CausalSpanFiller(MaskedFiller):
         model.eval()
         out: list[str] = []
         try:
-            with torch.no_grad(), seeded(seed):
+            with torch.no_grad(), seeded(seed), self.generator.sampling_context():
                 for lo in range(0, len(ids), self.batch_size):
                     chunk = range(lo, min(lo + self.batch_size, len(ids)))
                     filled = self._fill_batch(
@@ -250,6 +250,7 @@ class CausalSpanFiller(MaskedFiller):
                 position_ids=chunk_pos,
                 past_key_values=past,
                 use_cache=True,
+                logits_to_keep=1,  # only the next masked column is sampled
             )
             past = out.past_key_values
             sampled = sample_tokens(out.logits[:, -1], self.temperature, self.top_p, banned)

@@ -1,0 +1,466 @@
+"""The independence check: sampled client rows recomputed alone, in a clean process.
+
+Per-client clipping bounds a client's influence on a release only if the row the pool
+clips was computed from that client alone. A batched function can mix every client into
+every row; a per-client function can keep what earlier clients showed it (an attribute, a
+module global) and fold it into later rows. Neither is visible in the rows themselves, so
+the pool (:class:`benchmark.federation.pool.ClientPool`) recomputes a random sample of them
+here. Each sampled client is recomputed in a process of its own, which gets the client
+function and the payload as they were before the release ran (pickled then), that
+client's records and the seed of its call, and nothing else. It runs the call as the pool
+does (a new :class:`ClientData` with an empty memo, a batch of one for batched functions,
+inside :func:`client_scope`, under :func:`seeded_rngs`) and sends back the output, which
+the pool compares with its own row. A client's memo is recomputed from its records (a memo
+could otherwise carry what a batched ``memo_rows`` computed from several clients).
+
+Processes: a *zygote*, started once from a fresh interpreter, only imports modules (those
+the jobs' pickles name, and those earlier calls imported) and forks; it never receives a
+function, a payload or a record. Per release it forks a *release worker*, which receives
+the pickled job once and relays; per sampled client the release worker forks a child that
+unpickles the job and computes that client's row, without the release's socket (so it
+cannot read the next client's records). torch and the method's modules are thus imported
+once per run, and each recomputation costs a fork (tens of milliseconds) on top of the
+call itself.
+
+Protocol on a release worker's socket (frames of an 8-byte little-endian length and a
+body):
+
+1. worker → pool: ``b"I"`` and its pid (its process group, which the pool can kill);
+2. pool → worker: a plain pickle of ``{"kind", "threads", "cuda"}``, then the cloudpickle of
+   ``(function, payload)``;
+3. per client, pool → worker: a plain pickle of ``(records, seed)``; worker → pool: ``b"R"``
+   and an ``.npz`` of the output arrays, or ``b"E"`` and the exception's type name (not its
+   message, which client code writes), then ``b"M"`` and the modules the call imported,
+   which the zygote imports for the next release;
+4. end of input: the worker exits.
+
+The pool reads answers as numpy arrays with ``allow_pickle=False``: a worker running hostile
+code cannot make the pool unpickle anything. Workers' stdout and stderr go to /dev/null (the
+pool's own run of the same calls already printed whatever they print). Needs ``os.fork``
+(Linux, macOS).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib
+import io
+import os
+import pickle
+import pickletools
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from benchmark.federation.clients import ClientBatch, ClientData, client_scope, seeded_rngs
+from benchmark.privacy.errors import PrivacyError
+
+CLIENT, BATCH, ENCODE = "client", "batch", "encode"
+RTOL, ATOL = 1e-4, 1e-5  # float32 accumulation in another order; ATOL scales with the row
+GRACE_S = 300.0  # start-up and unpickling allowance on top of 4x the pool's own time
+_HEADER = struct.Struct("<Q")
+
+Rows = dict[str, np.ndarray]
+
+
+def write_frame(stream: BinaryIO, body: bytes) -> None:
+    stream.write(_HEADER.pack(len(body)))
+    stream.write(body)
+    stream.flush()
+
+
+def read_frame(stream: BinaryIO) -> bytes | None:
+    """The next frame's body, or None at end of input (a short read is an end too)."""
+    head = stream.read(_HEADER.size)
+    if len(head) < _HEADER.size:
+        return None
+    (size,) = _HEADER.unpack(head)
+    body = stream.read(size)
+    return body if len(body) == size else None
+
+
+def rows_match(expected: Rows, got: Rows) -> bool:
+    """Same arrays, same shapes, equal up to float32 accumulation error.
+
+    ``atol`` scales with the row's norm (at least 1), so large rows (a model delta) are
+    compared at a relative tolerance and tiny ones at an absolute one."""
+    if expected.keys() != got.keys():
+        return False
+    for name, want in expected.items():
+        have = got[name]
+        if want.shape != have.shape or have.dtype.kind not in "biuf":
+            return False
+        want64 = want.astype(np.float64)
+        atol = ATOL * max(1.0, float(np.linalg.norm(want64)))
+        if not np.allclose(have.astype(np.float64), want64, rtol=RTOL, atol=atol):
+            return False
+    return True
+
+
+def output_rows(kind: str, output: Any) -> Rows:
+    """A call's output as the arrays that are compared (the same reading on both sides)."""
+    if kind != ENCODE:
+        return {"row": np.asarray(output)}
+    if not isinstance(output, Mapping):
+        raise PrivacyError(f"encode must return a dict of tensors, got {type(output).__name__}")
+    return {str(name): np.asarray(value) for name, value in output.items()}
+
+
+# --- pool side -----------------------------------------------------------------------------
+
+
+class Recheck:
+    """One release's check: the ``chosen`` clients' rows, each recomputed alone.
+
+    The function and payload are pickled when the check is made, before any client of the
+    release runs. ``submit`` keeps the pool's rows of the chosen clients; ``finish``, after
+    the pool's own computation (so the recomputation neither competes with it for cores
+    nor shows in its client seconds), has them recomputed and compares. Any difference,
+    error, crash or timeout raises :class:`PrivacyError`. Without chosen clients it does
+    nothing.
+    """
+
+    def __init__(self, kind: str, fn: Any, payload: Any, chosen: frozenset[int]) -> None:
+        self.chosen = chosen
+        self._kind = kind
+        self._job = _snapshot(fn, payload) if chosen else b""
+        self._calls: list[tuple[list[dict[str, Any]], int, Rows]] = []
+
+    def submit(self, client: int, records: list[dict[str, Any]], seed: int, rows: Rows) -> None:
+        """Keep ``rows`` (the pool's output for ``client``) if the client was chosen."""
+        if client in self.chosen:
+            self._calls.append((records, seed, rows))
+
+    def finish(self, seconds: float) -> None:
+        """Recompute the kept clients alone and compare, within ``GRACE_S`` + 4 × the pool's
+        ``seconds``; then have the zygote import what the calls imported."""
+        if not self._calls:
+            return
+        deadline = time.monotonic() + GRACE_S + 4 * seconds
+        worker = _Worker(_modules_in(self._job))
+        try:
+            worker.send(pickle.dumps({"kind": self._kind, **_torch_state()}), deadline)
+            worker.send(self._job, deadline)
+            for records, seed, expected in self._calls:
+                worker.send(pickle.dumps((records, seed)), deadline)
+                tag, body = worker.answer(deadline)
+                if tag != b"R":
+                    raise _refusal(f"recomputed alone, it raised {_error_name(body)}")
+                if not rows_match(expected, _load_rows(body)):
+                    raise _refusal("a sampled client's row differs when recomputed alone")
+        except BaseException:
+            worker.kill()
+            raise
+        worker.close()
+        _preload(worker.imported)
+
+
+class _Worker:
+    """The pool's end of one release worker's socket."""
+
+    def __init__(self, preload: list[str]) -> None:
+        self._socket = _fork_worker(preload)
+        self._stream = self._socket.makefile("rwb")
+        self._pid: int | None = None
+        self.imported: list[str] = []
+
+    def send(self, body: bytes, deadline: float) -> None:
+        self._within(deadline, write_frame, self._stream, body)
+
+    def answer(self, deadline: float) -> tuple[bytes, bytes]:
+        """The next answer's tag and body; the pid and module lists are taken on the way."""
+        while True:
+            frame = self._within(deadline, read_frame, self._stream)
+            if frame is None:
+                raise _refusal("the recomputing process ended before answering")
+            tag, body = frame[:1], frame[1:]
+            if tag == b"I":
+                self._pid = int(body)
+            elif tag == b"M":
+                self.imported = body.decode().split("\n")
+            else:
+                return tag, body
+
+    def close(self) -> None:
+        """End its input: it exits (the zygote reaps it)."""
+        with contextlib.suppress(OSError):
+            self._stream.close()
+            self._socket.close()
+
+    def kill(self) -> None:
+        """Stop it and its children now (SIGKILL to its process group once its pid is
+        known); without a pid it exits at its next read or write on the closed socket."""
+        if self._pid is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(self._pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            self._socket.shutdown(socket.SHUT_RDWR)
+        self.close()
+
+    def _within(self, deadline: float, operation: Any, *args: Any) -> Any:
+        self._socket.settimeout(max(deadline - time.monotonic(), 0.001))
+        try:
+            return operation(*args)
+        except TimeoutError:
+            raise _refusal("its recomputation did not finish in time") from None
+        except OSError:
+            return None  # the worker is gone: the missing answer says so
+
+
+class _Zygote:
+    """A clean process that only imports modules and forks one worker per release.
+
+    Started from a fresh interpreter (not forked from the pool's process), it never
+    receives a function, a payload or a record, so a worker forked from it holds nothing
+    but imported modules until it is handed its release. Commands on its control socket:
+    ``b"P"`` and a pickled list of module names to import, ``b"F"`` with a socket (passed
+    as a file descriptor) to fork a worker on. It exits when the pool's process closes
+    the socket.
+    """
+
+    def __init__(self) -> None:
+        self.control, theirs = socket.socketpair()
+        paths = [p or os.getcwd() for p in sys.path]  # it imports what the pool imports
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", __name__, str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+        )
+        theirs.close()
+        self.owner = os.getpid()  # a process forked from the pool's needs a zygote of its own
+        self.preloaded: set[str] = set()
+        threading.Thread(target=self.proc.wait, daemon=True).start()  # reaped when it ends
+
+    def preload(self, names: list[str]) -> None:
+        """Have it import ``names`` (those not sent before)."""
+        new = [name for name in names if name not in self.preloaded]
+        if new:
+            self.preloaded.update(new)
+            body = pickle.dumps(new)
+            self.control.sendall(b"P" + _HEADER.pack(len(body)) + body)
+
+    def fork_after(self, preload: list[str]) -> socket.socket:
+        """A socket connected to a worker forked once ``preload`` is imported."""
+        self.preload(preload)
+        mine, theirs = socket.socketpair()
+        try:
+            socket.send_fds(self.control, [b"F"], [theirs.fileno()])
+        finally:
+            theirs.close()
+        return mine
+
+
+_zygote: _Zygote | None = None
+_zygote_lock = threading.Lock()  # one command at a time on its control socket
+
+
+def _fork_worker(preload: list[str]) -> socket.socket:
+    """A worker forked once the zygote has imported ``preload``; the zygote is (re)started
+    when it is not running or belongs to another process."""
+    global _zygote
+    with _zygote_lock:
+        if _zygote is None or _zygote.owner != os.getpid() or _zygote.proc.poll() is not None:
+            _zygote = _Zygote()
+        try:
+            return _zygote.fork_after(preload)
+        except OSError:  # it died since the last release: start a new one, once
+            _zygote = _Zygote()
+            return _zygote.fork_after(preload)
+
+
+def _preload(names: list[str]) -> None:
+    with _zygote_lock:
+        if _zygote is not None and _zygote.owner == os.getpid():
+            with contextlib.suppress(OSError):  # it died: the next release starts a new one
+                _zygote.preload(names)
+
+
+def _modules_in(job: bytes) -> list[str]:
+    """The modules a pickle names that this process has imported. Importing them in the
+    zygote before it forks costs one import per run, not one per worker (a string that
+    merely equals a module's name adds a harmless import)."""
+    names: dict[str, None] = {}
+    for _, arg, _ in pickletools.genops(job):
+        if isinstance(arg, str) and arg in sys.modules:
+            names[arg] = None
+    return list(names)
+
+
+def _torch_state() -> dict[str, Any]:
+    """What the recomputation must match: torch's thread count (the order of its float
+    reductions) and whether CUDA is initialised (so its generator is seeded too)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {"threads": None, "cuda": False}
+    return {"threads": torch.get_num_threads(), "cuda": torch.cuda.is_initialized()}
+
+
+def _snapshot(fn: Any, payload: Any) -> bytes:
+    """The function and payload as they are now, before any client of the release ran."""
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps((fn, payload), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:
+        raise PrivacyError(
+            "the client-side function and its payload must be picklable: the pool recomputes "
+            f"sampled clients in a separate process ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
+def _load_rows(body: bytes) -> Rows:
+    try:
+        with np.load(io.BytesIO(body), allow_pickle=False) as arrays:
+            return {name.removeprefix("r_"): arrays[name] for name in arrays.files}
+    except Exception:
+        return {}  # not plain arrays: matches nothing
+
+
+def _error_name(body: bytes) -> str:
+    """The exception's type name; anything else (client code can write the answer's bytes)
+    is not repeated to the server, which may read this message."""
+    name = body.decode(errors="replace")
+    return name if name.isidentifier() and len(name) <= 64 else "an exception"
+
+
+def _refusal(why: str) -> PrivacyError:
+    return PrivacyError(
+        "client function output depends on other clients or on state kept across clients "
+        f"({why}); the release was not made. A client-side function must compute each row "
+        "from its own client's data, the payload and the pool-seeded RNGs only"
+    )
+
+
+# --- worker and zygote side ----------------------------------------------------------------
+
+
+def run_alone(kind: str, fn: Any, payload: Any, records: list[dict[str, Any]], seed: int) -> Rows:
+    """One client's call as the pool makes it, with nothing but that client's records."""
+    client = ClientData(records, {})
+    with client_scope(), seeded_rngs(seed):
+        if kind == CLIENT:
+            return output_rows(kind, fn(client, payload))
+        if kind == BATCH:
+            return output_rows(kind, fn(ClientBatch([client]), payload))
+        return output_rows(kind, fn(records))
+
+
+def _answer(meta: dict[str, Any], job: bytes, call: bytes) -> bytes:
+    try:
+        fn, payload = pickle.loads(job)
+        torch = sys.modules.get("torch")  # imported when the job needs it
+        if torch is not None and meta["threads"]:
+            torch.set_num_threads(meta["threads"])
+            if meta["cuda"]:
+                torch.cuda.init()
+        records, seed = pickle.loads(call)
+        rows = run_alone(meta["kind"], fn, payload, records, seed)
+        buffer = io.BytesIO()
+        np.savez(buffer, **{f"r_{name}": array for name, array in rows.items()})
+        return b"R" + buffer.getvalue()
+    except Exception as exc:
+        return b"E" + type(exc).__name__.encode()
+
+
+def serve(stream: BinaryIO, fd: int) -> None:
+    """A release worker's loop (see the module docstring): it only relays, each client is
+    computed in a process of its own."""
+    write_frame(stream, b"I" + str(os.getpid()).encode())
+    header, job = read_frame(stream), read_frame(stream)
+    if header is None or job is None:
+        return
+    meta = pickle.loads(header)
+    before = set(sys.modules)
+    while (call := read_frame(stream)) is not None:
+        answer, imported = _alone(meta, job, call, fd, before)
+        write_frame(stream, answer)
+        if imported is not None:
+            write_frame(stream, imported)
+
+
+def _alone(
+    meta: dict[str, Any], job: bytes, call: bytes, fd: int, before: set[str]
+) -> tuple[bytes, bytes | None]:
+    """One client's answer, computed in a child forked for it: module state left by the
+    client before cannot reach it, and without the release's socket (``fd``, closed in the
+    child before client code runs) it cannot read the next client's records either."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(fd)
+            os.close(read_end)
+            with os.fdopen(write_end, "wb") as out:
+                write_frame(out, _answer(meta, job, call))
+                new = "\n".join(m for m in sys.modules if m not in before)
+                write_frame(out, b"M" + new.encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as answers:
+        answer, imported = read_frame(answers), read_frame(answers)
+    os.waitpid(pid, 0)
+    return answer if answer is not None else b"E" + b"ProcessExited", imported
+
+
+def _import_all(names: list[str]) -> None:
+    for name in names:
+        with contextlib.suppress(Exception):  # an alias or a lazy module: the job imports it
+            importlib.import_module(name)
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = sock.recv(min(size - len(data), 1 << 20))
+        if not chunk:
+            raise EOFError("the pool's process closed the control socket")
+        data += chunk
+    return bytes(data)
+
+
+def _fork(control: socket.socket, fd: int) -> None:
+    """Fork a worker serving one release on ``fd``; it never returns to the zygote's loop."""
+    if os.fork() == 0:
+        try:
+            control.close()  # a worker cannot send the zygote commands
+            os.setpgid(0, 0)  # the pool kills the worker and its children as one group
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            quiet = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(quiet, 1)
+            os.dup2(quiet, 2)
+            sock = socket.socket(fileno=fd)
+            with sock, sock.makefile("rwb") as stream:
+                serve(stream, fd)
+        finally:
+            os._exit(0)
+    os.close(fd)
+
+
+def zygote(control: socket.socket) -> None:
+    """The zygote's loop: import what it is told, fork a worker per socket it is handed."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps finished workers
+    while True:
+        command, fds, _, _ = socket.recv_fds(control, 1, 1)
+        if not command:
+            return
+        if command == b"P":
+            (size,) = _HEADER.unpack(_recv_exact(control, _HEADER.size))
+            _import_all(pickle.loads(_recv_exact(control, size)))
+            gc.freeze()  # forked workers need not copy pages to collect these objects
+        for fd in fds:
+            _fork(control, fd)
+
+
+if __name__ == "__main__":
+    zygote(socket.socket(fileno=int(sys.argv[1])))

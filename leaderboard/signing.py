@@ -1,0 +1,163 @@
+"""Entry signatures: anchor each leaderboard entry to a key that only the harness host holds.
+
+The ``integrity`` digest catches accidental edits, but anyone can recompute it: the function
+is in this repository. An Ed25519 signature over the entry cannot be recomputed without the
+private key, which lives outside the repository and the results store
+(``$FEDSYNTH_SIGNING_KEY``, else ``~/.config/fedsynth/signing-key.pem``, created 0600). Its
+public half is exported into the store as ``_keys/<key-id>.pub`` and committed with the
+entries, so anyone can verify without the private key, and adding a key shows up in review
+as a new file.
+
+A valid signature proves the entry was written, unchanged since, by a host holding a key in
+the store's keyring. It does not prove that host ran honest code: see "Record integrity" in
+docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from leaderboard.schema import EntryError
+
+ALGORITHM = "ed25519"
+KEY_ENV = "FEDSYNTH_SIGNING_KEY"
+DEFAULT_KEY = Path("~/.config/fedsynth/signing-key.pem")
+KEYS_DIR = "_keys"
+# Domain separation: a signature made for an entry is never valid for anything else.
+_CONTEXT = b"fedsynth leaderboard entry v1\n"
+_REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+class SigningKeyError(ValueError):
+    """The host's signing key cannot be used (misplaced, readable by others, unreadable)."""
+
+
+def key_path() -> Path:
+    return Path(os.environ.get(KEY_ENV) or DEFAULT_KEY).expanduser().resolve()
+
+
+def key_id(public_key: Ed25519PublicKey) -> str:
+    """Short sha256 of the raw public key: names the key in entries and in ``_keys/``."""
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def host_key(store: Path) -> Ed25519PrivateKey:
+    """The host's private key (created on first use), its public half exported into ``store``.
+
+    Refuses a key path inside the store or the harness's source tree: either would put the
+    private key where it gets committed (or read by anyone holding a checkout).
+    """
+    path = key_path()
+    for place in (store.resolve(), _REPOSITORY):
+        if path.is_relative_to(place):
+            raise SigningKeyError(
+                f"the signing key {path} is inside {place}; keep it outside the repository "
+                f"and the results store (set {KEY_ENV})"
+            )
+    key = _load_key(path) if path.exists() else _create_key(path)
+    export_public_key(store, key.public_key())
+    return key
+
+
+def _create_key(path: Path) -> Ed25519PrivateKey:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    try:  # created 0600 in one step: never readable by others, not even briefly
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another harness process created it first
+        return _load_key(path)
+    with os.fdopen(fd, "wb") as out:
+        out.write(pem)
+    return key
+
+
+def _load_key(path: Path) -> Ed25519PrivateKey:
+    if path.stat().st_mode & 0o077:
+        raise SigningKeyError(f"the signing key {path} is readable by others: chmod 600 it")
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except ValueError as exc:
+        raise SigningKeyError(f"{path} is not a PEM private key: {exc}") from exc
+    if not isinstance(key, Ed25519PrivateKey):
+        raise SigningKeyError(f"{path} is not an Ed25519 key")
+    return key
+
+
+def public_key_path(store: Path, kid: str) -> Path:
+    return store / KEYS_DIR / f"{kid}.pub"
+
+
+def export_public_key(store: Path, public_key: Ed25519PublicKey) -> Path:
+    """Write ``_keys/<key-id>.pub`` once (an existing file is left as it is)."""
+    path = public_key_path(store, key_id(public_key))
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(
+            public_key.public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+    return path
+
+
+def key_files(store: Path) -> list[Path]:
+    return sorted((store / KEYS_DIR).glob("*.pub"))
+
+
+def load_public_key(path: Path) -> Ed25519PublicKey:
+    """One keyring file; refused when its name is not its key's id, since otherwise replacing
+    a key's file would silently swap the key that verifies its entries."""
+    try:
+        public_key = serialization.load_pem_public_key(path.read_bytes())
+    except ValueError as exc:
+        raise EntryError(f"not a PEM public key: {exc}") from exc
+    if not isinstance(public_key, Ed25519PublicKey):
+        raise EntryError("not an Ed25519 public key")
+    if key_id(public_key) != path.stem:
+        raise EntryError(f"holds key {key_id(public_key)}, not {path.stem}")
+    return public_key
+
+
+def _signed_bytes(entry: dict[str, Any]) -> bytes:
+    body = {k: v for k, v in entry.items() if k != "signature"}
+    return _CONTEXT + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def sign_entry(entry: dict[str, Any], key: Ed25519PrivateKey) -> dict[str, Any]:
+    """The entry with a signature over everything else in it (its integrity digest included)."""
+    value = key.sign(_signed_bytes(entry)).hex()
+    kid = key_id(key.public_key())
+    return {**entry, "signature": {"key_id": kid, "algorithm": ALGORITHM, "value": value}}
+
+
+def check_signature(entry: dict[str, Any], keys: dict[str, Ed25519PublicKey]) -> str:
+    """The id of the key that signed ``entry``; :class:`EntryError` if it is unsigned, signed
+    by a key outside ``keys``, or changed since it was signed."""
+    signature = entry.get("signature")
+    if signature is None:
+        raise EntryError("unsigned: nothing anchors this entry to the harness host")
+    kid = signature["key_id"]
+    if kid not in keys:
+        accepted = ", ".join(sorted(keys)) or "none"
+        raise EntryError(f"signed by key {kid}, which is not an accepted key ({accepted})")
+    try:
+        keys[kid].verify(bytes.fromhex(signature["value"]), _signed_bytes(entry))
+    except InvalidSignature as exc:
+        raise EntryError(
+            f"the signature by key {kid} does not verify: the entry was changed after it was signed"
+        ) from exc
+    return kid

@@ -1,0 +1,205 @@
+"""Signed entries (issue 11, item 4): `leaderboard verify` rejects an entry edited with its
+integrity digest recomputed, an entry for a method that never ran, and signatures by keys
+outside the store's keyring; the private key stays 0600, outside the store."""
+
+import json
+import stat
+
+import pytest
+from click.testing import CliRunner
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from benchmark.cli.main import cli
+from leaderboard.entries import build_entry, integrity_digest, version_definition, version_of
+from leaderboard.signing import (
+    KEY_ENV,
+    SigningKeyError,
+    export_public_key,
+    host_key,
+    key_id,
+    public_key_path,
+    sign_entry,
+)
+from leaderboard.store import entry_files, entry_path, write_entry, write_manifest
+from leaderboard.verify import verify_tree
+
+VERSION = version_of(version_definition(["abc"], [{"name": "toy"}]))
+HASHES = {"v-test": "abc"}
+
+
+def record(method: str, budget: float, seed: int = 0, score: float = 0.5) -> dict:
+    """A run record as the runner writes it (an empty ledger: ε = 0), without running."""
+    return {
+        "run_key": f"toy@v-test__{method}__eps{budget:g}__user__seed{seed}__tiny__0123456789",
+        "spec": {"method": {"name": method}, "seed": seed},
+        "split": {"name": "toy", "version": "v-test", "content_hash": "abc"},
+        "contamination": {"model": "m", "verdict": "unknown", "reason": "test"},
+        "method": {"name": method, "role": "method", "config": {}},
+        "privacy": {
+            **{"epsilon": 0.0, "epsilon_budget": budget, "delta": 1e-5, "unit": "user"},
+            **{"accountant": "rdp", "guarantee": "formal", "noise_seed": "secret", "ledger": []},
+        },
+        "metrics": {"toy.score": score},
+        "costs": {"server_seconds": 1.0},
+        "hardware": {},
+        "wall_seconds": 1.0,
+        "code_version": "test",
+        "packages": {},
+    }
+
+
+@pytest.fixture
+def store(tmp_path):
+    """Two entries written as run_suite writes them: signed with the host (session) key."""
+    root = tmp_path / "results"
+    write_manifest(root, VERSION, "toy", {"version": "v-test", "content_hash": "abc"})
+    key = host_key(root)
+    for method, budget in (("public_only", 0.0), ("dp_fedavg", 1.0)):
+        entry = build_entry([record(method, budget, s) for s in (0, 1)], VERSION)
+        write_entry(root, sign_entry(entry, key))
+    return root
+
+
+def host_id(root) -> str:
+    return key_id(host_key(root).public_key())
+
+
+def verify_cli(root, *options: str):
+    return CliRunner().invoke(cli, ["leaderboard", "verify", "--results", str(root), *options])
+
+
+def entry_of(store, method: str):
+    [path] = [p for p in entry_files(store) if f"__{method}__" in p.name]
+    return path, json.loads(path.read_text())
+
+
+def test_signed_entries_verify_and_the_keyring_is_in_the_store(store):
+    assert verify_tree(store, HASHES) == []
+    assert public_key_path(store, host_id(store)).exists()
+    result = verify_cli(store)
+    assert result.exit_code == 0, result.output
+    assert f"all 2 entries verified (signatures: {host_id(store)} ×2)" in result.output
+
+
+def test_an_edit_with_the_digest_recomputed_is_rejected(store):
+    path, entry = entry_of(store, "dp_fedavg")
+    entry["metrics"]["toy.score"]["mean"] = 0.99  # a better score typed in by hand...
+    entry["integrity"] = integrity_digest(entry)  # ...with the project's own digest
+    path.write_text(json.dumps(entry))
+    [(bad, reason)] = verify_tree(store, HASHES)
+    assert bad == path and "does not verify" in reason
+    result = verify_cli(store)
+    assert result.exit_code != 0 and "REJECTED" in result.output
+
+
+def test_an_entry_for_a_method_that_never_ran_is_rejected(store):
+    _, real = entry_of(store, "dp_fedavg")
+    fake = {k: v for k, v in real.items() if k != "signature"}
+    fake["method"] = {**real["method"], "name": "never_ran"}
+    fake["entry_key"] = real["entry_key"].replace("dp_fedavg", "never_ran")
+    fake["runs"] = [r.replace("dp_fedavg", "never_ran") for r in real["runs"]]
+    fake["integrity"] = integrity_digest(fake)
+    path = entry_path(store, fake)
+
+    attempts = {
+        "unsigned": fake,
+        "does not verify": {**fake, "signature": real["signature"]},  # a borrowed signature
+        "not an accepted key": sign_entry(fake, Ed25519PrivateKey.generate()),  # own key
+    }
+    for expected, forged in attempts.items():
+        path.write_text(json.dumps(forged))
+        [(bad, reason)] = verify_tree(store, HASHES)
+        assert bad == path and expected in reason
+
+
+def test_a_key_added_to_the_keyring_shows_and_trust_pins_the_hosts(store):
+    """The limit of a keyring committed with the results: whoever may commit a new key file
+    can sign. The new key is a new file in review, verify names it, --trust refuses it."""
+    own = Ed25519PrivateKey.generate()
+    export_public_key(store, own.public_key())
+    path, entry = entry_of(store, "dp_fedavg")
+    entry["metrics"]["toy.score"]["mean"] = 0.99
+    entry["integrity"] = integrity_digest(entry)
+    path.write_text(json.dumps(sign_entry(entry, own)))
+    assert verify_tree(store, HASHES) == []
+    assert f"{key_id(own.public_key())} ×1" in verify_cli(store).output
+    pinned = verify_cli(store, "--trust", host_id(store))
+    assert pinned.exit_code != 0 and "not an accepted key" in pinned.output
+
+
+def test_a_swapped_key_file_is_rejected(store):
+    own = Ed25519PrivateKey.generate()
+    swapped = public_key_path(store, host_id(store))
+    swapped.write_bytes(export_public_key(store.parent / "other", own.public_key()).read_bytes())
+    problems = dict(verify_tree(store, HASHES))
+    assert f"holds key {key_id(own.public_key())}" in problems[swapped]
+    assert len(problems) == 3  # the file, and both entries, whose key is no longer accepted
+
+
+def test_an_entry_copied_under_another_name_is_rejected(store):
+    path, _ = entry_of(store, "dp_fedavg")
+    copy = path.with_name(path.name.replace("dp_fedavg", "dp_fedavg_again"))
+    copy.write_bytes(path.read_bytes())
+    [(bad, reason)] = verify_tree(store, HASHES)
+    assert bad == copy and "stored at the wrong place" in reason
+
+
+def test_allow_unsigned_accepts_unsigned_entries_and_says_so(store):
+    path, entry = entry_of(store, "dp_fedavg")
+    path.write_text(json.dumps({k: v for k, v in entry.items() if k != "signature"}))
+    assert verify_cli(store).exit_code != 0
+    allowed = verify_cli(store, "--allow-unsigned")
+    assert allowed.exit_code == 0, allowed.output
+    assert "1 unsigned entries accepted by --allow-unsigned" in allowed.output
+    entry["metrics"]["toy.score"]["mean"] = 0.99  # a signed entry is still checked
+    entry["integrity"] = integrity_digest(entry)
+    path.write_text(json.dumps(entry))
+    assert verify_cli(store, "--allow-unsigned").exit_code != 0
+
+
+def test_sign_signs_only_unsigned_entries_that_pass_every_other_check(tmp_path):
+    root = tmp_path / "results"
+    write_manifest(root, VERSION, "toy", {"version": "v-test", "content_hash": "abc"})
+    for method, budget in (("public_only", 0.0), ("dp_fedavg", 1.0)):  # from before signing
+        write_entry(root, build_entry([record(method, budget)], VERSION))
+    path, entry = entry_of(root, "dp_fedavg")
+    entry["privacy"]["epsilon"] = 0.5  # inconsistent with its ledger, digest recomputed
+    entry["integrity"] = integrity_digest(entry)
+    path.write_text(json.dumps(entry))
+
+    sign = ["leaderboard", "sign", "--results", str(root)]
+    result = CliRunner().invoke(cli, sign)
+    assert result.exit_code != 0 and "NOT SIGNED" in result.output
+    assert "signature" not in json.loads(path.read_text())  # an edit is never laundered
+    [(bad, reason)] = verify_tree(root, HASHES)
+    assert bad == path and "recomputed from the stored ledgers" in reason
+
+    path.unlink()
+    signed = {p: p.read_bytes() for p in entry_files(root)}
+    again = CliRunner().invoke(cli, sign)
+    assert again.exit_code == 0 and "signed 0 entries" in again.output
+    assert signed == {p: p.read_bytes() for p in entry_files(root)}  # never re-signed
+    assert verify_cli(root).exit_code == 0
+
+
+def test_the_private_key_is_created_0600_and_never_inside_the_store(store, tmp_path, monkeypatch):
+    session = host_id(store)
+    key_file = tmp_path / "host" / "signing-key.pem"
+    monkeypatch.setenv(KEY_ENV, str(key_file))
+    key = host_key(store)
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert host_id(store) == key_id(key.public_key())  # created once, then reused
+    stored = [p for p in store.rglob("*") if p.is_file()]
+    assert all(b"PRIVATE KEY" not in p.read_bytes() for p in stored)
+    published = {p.name for p in (store / "_keys").iterdir()}
+    assert published == {f"{session}.pub", f"{key_id(key.public_key())}.pub"}
+
+    key_file.chmod(0o640)
+    with pytest.raises(SigningKeyError, match="readable by others"):
+        host_key(store)
+
+    inside = store / "signing-key.pem"
+    monkeypatch.setenv(KEY_ENV, str(inside))
+    with pytest.raises(SigningKeyError, match="inside"):
+        host_key(store)
+    assert not inside.exists()
