@@ -17,15 +17,15 @@ import hashlib
 import math
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from benchmark.federation.clients import ClientBatch, ClientData, client_scope, seeded_rngs
 from benchmark.federation.costs import CostCounters, count_payload
-from benchmark.federation.recompute import BATCH, CLIENT, ENCODE, Recheck, output_rows
+from benchmark.federation.recompute import BATCH, CLIENT, ENCODE, Recheck, output_rows, snapshot
 from benchmark.federation.tree import TreeAggregator
 from benchmark.privacy.errors import PrivacyError
 from benchmark.privacy.ledger import (
@@ -38,6 +38,75 @@ from benchmark.privacy.ledger import (
 
 ClientFn = Callable[[ClientData, Any], np.ndarray]
 BatchFn = Callable[[ClientBatch, Any], np.ndarray]
+# A client-side job: the function and its payload, live (run in this process) or as the
+# cloudpickle an isolated method process sent (run by a client worker, never unpickled here).
+Job = tuple[Any, Any] | bytes
+
+
+def job_of(client_fn: Any, payload: Any) -> Job:
+    """The job of one release: an isolated method's pickled blob (its payload travels
+    inside it), or the live function and payload."""
+    return client_fn if isinstance(client_fn, bytes) else (client_fn, payload)
+
+
+class ClientExecutor(Protocol):
+    """Where client-side code runs: this process (:class:`InProcessClients`) or a client
+    worker (:class:`benchmark.isolation.client_process.ClientProcess`). ``rows`` yields one
+    (1, dim) array per client, or one (n, dim) array for a batched call, and then sets
+    ``payload_counts`` (floats and texts a client downloads)."""
+
+    payload_counts: tuple[int, int]
+
+    def rows(
+        self, job: Any, indices: list[int], seeds: list[int], batched: bool
+    ) -> Iterable[np.ndarray]: ...
+
+    def run_all(self, train_fn: Any) -> Any: ...
+
+    def local_clients(self) -> list[ClientData]: ...
+
+    def memos(self) -> Any: ...
+
+    def load_memos(self, state: Any) -> None: ...
+
+
+class InProcessClients:
+    """Client-side functions run in the pool's own process (unit tests, in-process runs)."""
+
+    def __init__(self, records: list[list[dict[str, Any]]]) -> None:
+        self._clients = [ClientData(r, {}) for r in records]
+        self.payload_counts = (0, 0)
+
+    def rows(
+        self, job: Any, indices: list[int], seeds: list[int], batched: bool
+    ) -> Iterator[np.ndarray]:
+        fn, payload = job
+        self.payload_counts = count_payload(payload)
+        if batched:
+            if indices:
+                with client_scope(), seeded_rngs(seeds[0]):
+                    rows = fn(ClientBatch([self._clients[i] for i in indices]), payload)
+                yield rows
+            return
+        for i, seed in zip(indices, seeds, strict=True):
+            with client_scope(), seeded_rngs(seed):
+                row = np.asarray(fn(self._clients[i], payload))
+            yield row[None]
+
+    def run_all(self, train_fn: Any) -> Any:
+        with client_scope():
+            return train_fn(self._clients)
+
+    def local_clients(self) -> list[ClientData]:
+        return self._clients
+
+    def memos(self) -> list[dict[str, Any]]:
+        return [c._memo for c in self._clients]
+
+    def load_memos(self, state: list[dict[str, Any]]) -> None:
+        for client, memo in zip(self._clients, state, strict=True):
+            client._memo.clear()
+            client._memo.update(memo)
 
 INDEPENDENCE_CHECKS = 8  # clients recomputed alone per private release (see ClientPool)
 # Streams of the secret seed (0-4: sampling, noise, cohorts, tree nodes, DP-SGD).
@@ -130,9 +199,11 @@ class ClientPool:
         unit: str = "user",
         allow_nonprivate: bool = False,
         independence_checks: int = INDEPENDENCE_CHECKS,
+        executor: ClientExecutor | None = None,
     ) -> None:
         self._ids = sorted(clients)
-        self._clients = [ClientData(list(clients[cid]), {}) for cid in self._ids]
+        self._records = [list(clients[cid]) for cid in self._ids]
+        self._executor = executor if executor is not None else InProcessClients(self._records)
         self._ledger = ledger
         self._seed = seed
         self._unit = unit
@@ -153,7 +224,7 @@ class ClientPool:
 
     @property
     def num_clients(self) -> int:
-        return len(self._clients)
+        return len(self._records)
 
     @property
     def ledger(self) -> PrivacyLedger:
@@ -169,11 +240,13 @@ class ClientPool:
         digest = hashlib.blake2b(repr((self._seed, *key)).encode(), digest_size=8).digest()
         return int.from_bytes(digest, "little")
 
-    def _recheck(self, kind: str, fn: Any, payload: Any, population: list[int]) -> Recheck:
+    def _recheck(self, kind: str, job: Job, population: list[int]) -> Recheck:
         """The independence check of one release over the clients in ``population``."""
         count = min(self._checks, len(population))
         chosen = frozenset(secrets.SystemRandom().sample(population, count))
-        return Recheck(kind, fn, payload, chosen)
+        if not chosen:
+            return Recheck(kind, b"", chosen)
+        return Recheck(kind, job if isinstance(job, bytes) else snapshot(*job), chosen)
 
     def _check_mechanism(self, clip_norm: float, noise_multiplier: float) -> bool:
         """Validate the declared mechanism; True when it is a non-private release."""
@@ -201,6 +274,8 @@ class ClientPool:
     @staticmethod
     def _validated(rows: Any, count: int, dim: int) -> np.ndarray:
         """Client output as a (count, dim) finite float array, or a PrivacyError."""
+        if rows is None:
+            raise PrivacyError("the client side sent fewer rows than clients")
         rows = np.asarray(rows)
         if rows.dtype.kind not in "fiu":
             raise PrivacyError(
@@ -232,8 +307,7 @@ class ClientPool:
     def _clipped_sum(
         self,
         indices: list[int],
-        fn: Any,
-        payload: Any,
+        job: Job,
         clip_norm: float,
         dim: int,
         batched: bool,
@@ -241,55 +315,36 @@ class ClientPool:
         call_key: tuple[int, ...],
         checked: bool,
     ) -> np.ndarray:
-        """Sum of the clipped client vectors. One client at a time unless ``batched``, so only
-        one client's vector (e.g. a full model delta) is held at once, besides the (at most
-        ``independence_checks``) rows kept for the check. Calls are seeded from ``call_key``;
-        with ``checked``, the kept rows are recomputed alone before the sum is returned.
-        Costs are counted for the ``expected`` (public) number of participants; client
-        seconds exclude the check."""
-        floats_down, texts_down = count_payload(payload)
-        population = indices if checked else []
-        check = self._recheck(BATCH if batched else CLIENT, fn, payload, population)
+        """Sum of the clipped client vectors. The executor yields one client's row at a time
+        unless ``batched`` (one call over all ``indices``), so only one client's vector (e.g.
+        a full model delta) is held at once, besides the (at most ``independence_checks``)
+        rows kept for the check. Calls are seeded from ``call_key``; with ``checked``, the
+        kept rows are recomputed alone before the sum is returned. Costs are counted for the
+        ``expected`` (public) number of participants; client seconds exclude the check."""
+        check = self._recheck(BATCH if batched else CLIENT, job, indices if checked else [])
+        if batched:
+            seeds = [self._call_seed(*call_key, BATCH_STREAM)] * len(indices)
+            groups = [indices] if indices else []
+        else:
+            seeds = [self._call_seed(*call_key, CLIENT_STREAM, i) for i in indices]
+            groups = [[i] for i in indices]
+        seed_of = dict(zip(indices, seeds, strict=True))
         start = time.perf_counter()
-        with client_scope():
-            if batched:
-                total = self._batch_sum(indices, fn, payload, clip_norm, dim, call_key, check)
-            else:
-                total = np.zeros(dim)
-                for i in indices:
-                    seed = self._call_seed(*call_key, CLIENT_STREAM, i)
-                    with seeded_rngs(seed):
-                        row = self._validated(
-                            np.asarray(fn(self._clients[i], payload))[None], 1, dim
-                        )
-                    check.submit(i, self._clients[i]._records, seed, {"row": row[0]})
-                    total += self._row_sum(row, clip_norm)
+        total = np.zeros(dim)
+        outputs = iter(self._executor.rows(job, indices, seeds[:1] if batched else seeds, batched))
+        for group in groups:
+            rows = self._validated(next(outputs, None), len(group), dim)
+            for position, i in enumerate(group):
+                kept = rows[position : position + 1] if batched else rows[position]
+                check.submit(i, self._records[i], seed_of[i], {"row": kept})
+            total += self._row_sum(rows, clip_norm)
+        if next(outputs, None) is not None:
+            raise PrivacyError("the client side sent more rows than clients")
         seconds = time.perf_counter() - start
         check.finish(seconds)
+        floats_down, texts_down = self._executor.payload_counts
         self.costs.add(expected, floats_down, texts_down, dim, seconds)
         return total
-
-    def _batch_sum(
-        self,
-        indices: list[int],
-        fn: Any,
-        payload: Any,
-        clip_norm: float,
-        dim: int,
-        call_key: tuple[int, ...],
-        check: Recheck,
-    ) -> np.ndarray:
-        """One batched call over ``indices`` (seeded once), its rows clipped and summed."""
-        if not indices:
-            return np.zeros(dim)
-        seed = self._call_seed(*call_key, BATCH_STREAM)
-        with seeded_rngs(seed):
-            rows = self._validated(
-                fn(ClientBatch([self._clients[i] for i in indices]), payload), len(indices), dim
-            )
-        for position, i in enumerate(indices):
-            check.submit(i, self._clients[i]._records, seed, {"row": rows[position : position + 1]})
-        return self._row_sum(rows, clip_norm)
 
     def aggregate(
         self,
@@ -317,8 +372,7 @@ class ClientPool:
         indices = self._sample(sample_rate)
         total = self._clipped_sum(
             indices,
-            client_fn,
-            payload,
+            job_of(client_fn, payload),
             clip_norm,
             dim,
             batched,
@@ -355,8 +409,7 @@ class ClientPool:
                 "centralized access to client data is only allowed in a non-private run "
                 "(privacy.epsilon: inf)"
             )
-        with client_scope():
-            result = train_fn(self._clients)
+        result = self._executor.run_all(train_fn)
         self._ledger.record(Release(NONPRIVATE, 0.0, math.inf, 1.0, 1, label, unit=self._unit))
         self._release_index += 1
         return result
@@ -391,13 +444,14 @@ class ClientPool:
         lr = plain_number("lr", lr)
         if self._check_mechanism(clip_norm, noise_multiplier):
             raise PrivacyError("DP-SGD needs noise_multiplier > 0")
-        if any(len(c._records) != 1 for c in self._clients):
+        clients = self._executor.local_clients()
+        if any(len(records) != 1 for records in self._records):
             raise PrivacyError(
                 "DP-SGD clips per example, so every privacy unit must hold one example "
                 "(privacy.unit: sample or central); for user-level DP use pool.aggregate"
             )
         with client_scope():
-            examples = [c.records[0] for c in self._clients]
+            examples = [c.records[0] for c in clients]
             model, sample_rate = run_dp_sgd(
                 model,
                 examples,
@@ -430,14 +484,14 @@ class ClientPool:
         seed = self._call_seed(self._release_index, ENCODE_STREAM)
 
         def checked(examples: list[dict[str, Any]]) -> Any:
-            check = self._recheck(ENCODE, encode, None, list(range(self.num_clients)))
+            check = self._recheck(ENCODE, (encode, None), list(range(self.num_clients)))
             start = time.perf_counter()
             with seeded_rngs(seed):
                 tensors = encode(examples)
             rows = output_rows(ENCODE, tensors)
             for i in sorted(check.chosen):
                 one = {name: array[i : i + 1] for name, array in rows.items()}
-                check.submit(i, self._clients[i]._records, seed, one)
+                check.submit(i, self._records[i], seed, one)
             check.finish(time.perf_counter() - start)
             return tensors
 
@@ -505,8 +559,7 @@ class ClientPool:
         cohort = tree.next_cohort()
         leaf = self._clipped_sum(
             cohort,
-            client_fn,
-            payload,
+            job_of(client_fn, payload),
             tree.clip_norm,
             tree.dim,
             batched,
@@ -520,7 +573,7 @@ class ClientPool:
         """Harness-private state for resuming (kept in the run directory, never published)."""
         return {
             "release_index": self._release_index,
-            "memos": [c._memo for c in self._clients],
+            "memos": self._executor.memos(),
             "trees": {k: t.state_dict() for k, t in self._trees.items()},
             "costs": self.costs,
         }
@@ -538,8 +591,6 @@ class ClientPool:
             )
         self._restored = True
         self._release_index = plain_number("release_index", state["release_index"], integer=True)
-        for client, memo in zip(self._clients, state["memos"], strict=True):
-            client._memo.clear()
-            client._memo.update(memo)
+        self._executor.load_memos(state["memos"])
         self._trees = {k: TreeAggregator.from_state(v) for k, v in state["trees"].items()}
         self.costs = state["costs"]

@@ -129,10 +129,10 @@ class Recheck:
     nothing.
     """
 
-    def __init__(self, kind: str, fn: Any, payload: Any, chosen: frozenset[int]) -> None:
+    def __init__(self, kind: str, job: bytes, chosen: frozenset[int]) -> None:
         self.chosen = chosen
         self._kind = kind
-        self._job = _snapshot(fn, payload) if chosen else b""
+        self._job = job if chosen else b""
         self._calls: list[tuple[list[dict[str, Any]], int, Rows]] = []
 
     def submit(self, client: int, records: list[dict[str, Any]], seed: int, rows: Rows) -> None:
@@ -305,7 +305,7 @@ def _torch_state() -> dict[str, Any]:
     return {"threads": torch.get_num_threads(), "cuda": torch.cuda.is_initialized()}
 
 
-def _snapshot(fn: Any, payload: Any) -> bytes:
+def snapshot(fn: Any, payload: Any) -> bytes:
     """The function and payload as they are now, before any client of the release ran."""
     import cloudpickle
 

@@ -1,0 +1,231 @@
+"""The client worker: the process that holds the train shards and runs client-side code.
+
+A method's client-side functions arrive here as cloudpickled blobs (from the method's
+process, forwarded unopened by the coordinator). The worker runs them on its clients, as
+:class:`~benchmark.federation.pool.ClientPool` would in process (inside
+:func:`client_scope`, under :func:`seeded_rngs` with the seeds the coordinator sends), and
+returns per-client rows as ``.npy`` arrays, which the coordinator clips, sums and noises.
+Nothing else leaves it: an exception is reported by its type name only (client code writes
+the message), and its stdout and stderr go to /dev/null.
+
+It starts from a fresh interpreter, receives the shards, then sandboxes itself
+(:mod:`benchmark.isolation.sandbox`: read-only code and models, nothing writable, no
+network, no signals) before it unpickles any function. A function that keeps a client's
+data in a module global can only fold it into later rows, which the coordinator's
+independence check (:mod:`benchmark.federation.recompute`) and per-row clipping bound.
+
+Protocol (:mod:`benchmark.isolation.wire`): an ``init`` message (threads, sandbox policy)
+with the shards as a JSON blob; then requests ``rows`` (job blob; indices, seeds, batched,
+dim) answered by one ``row`` message per client (or one for a batch) and a ``done`` with
+the payload's size; ``all`` (job blob) answered by ``done`` with the cloudpickled result
+(the non-private bound's centralized training); ``memos`` / ``load_memos`` (the clients'
+client-side caches, torch-saved, for checkpoints).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from benchmark.federation.clients import ClientBatch, ClientData, client_scope, seeded_rngs
+from benchmark.federation.costs import count_payload
+from benchmark.isolation import wire
+from benchmark.isolation.sandbox import Policy, restrict
+from benchmark.privacy.errors import PrivacyError
+
+
+class ClientFunctionError(PrivacyError):
+    """A client-side function raised: the run stops (a raise is itself an unnoised signal)."""
+
+
+class ClientProcess:
+    """The coordinator's handle on a client worker holding ``clients`` (records per client)."""
+
+    def __init__(
+        self, clients: list[list[dict[str, Any]]], policy: Policy | None, threads: int
+    ) -> None:
+        ours, theirs = wire.stream_pair()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", __name__, str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=child_env(),
+        )
+        theirs.close()
+        self._sock = ours
+        self._stream = ours.makefile("rwb")
+        init = {"op": "init", "threads": threads, "policy": policy.to_json() if policy else None}
+        wire.send(self._stream, init, json.dumps(clients).encode())
+        self.payload_counts = (0, 0)
+
+    def _answer(self) -> wire.Message:
+        try:
+            header, blobs = wire.recv(self._stream)
+        except wire.ChannelClosed as exc:
+            raise ClientFunctionError(f"the client worker ended: {exc}") from exc
+        if "error" in header:
+            raise ClientFunctionError(
+                f"a client-side function raised {_name(header['error'])}; the run stops "
+                "(exceptions and their messages never reach the server)"
+            )
+        return header, blobs
+
+    def rows(
+        self, job: bytes, indices: list[int], seeds: list[int], batched: bool
+    ) -> Iterator[np.ndarray]:
+        """The rows as the worker computes them (the pool counts and checks them); sets
+        :attr:`payload_counts` once the worker is done."""
+        request = {"op": "rows", "indices": indices, "seeds": seeds, "batched": batched}
+        wire.send(self._stream, request, job)
+        while True:
+            header, blobs = self._answer()
+            if header.get("done"):
+                self.payload_counts = (int(header["floats"]), int(header["texts"]))
+                return
+            yield wire.array_from(blobs[0])
+
+    def run_all(self, job: bytes) -> bytes:
+        """The cloudpickled result of a centralized job, unopened (for the method process)."""
+        wire.send(self._stream, {"op": "all"}, job)
+        return self._answer()[1][0]
+
+    def local_clients(self) -> list[Any]:
+        raise PrivacyError(
+            "pool.dp_sgd is not available in an isolated run: its per-example clipping and "
+            "noise would run beside the method's code in the client worker; use "
+            "pool.aggregate with one example per privacy unit"
+        )
+
+    def memos(self) -> Any:
+        """The clients' memos as a byte tensor (a checkpoint stores it unopened)."""
+        import torch
+
+        wire.send(self._stream, {"op": "memos"})
+        return torch.frombuffer(bytearray(self._answer()[1][0]), dtype=torch.uint8)
+
+    def load_memos(self, state: Any) -> None:
+        wire.send(self._stream, {"op": "load_memos"}, state.numpy().tobytes())
+        self._answer()
+
+    def close(self) -> None:
+        self._stream.close()
+        self._sock.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def child_env() -> dict[str, str]:
+    """The environment of an untrusted child: the parent's, with the import path made
+    absolute (the child starts in the same directory but must not depend on it)."""
+    paths = [p or os.getcwd() for p in sys.path]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+def _name(value: object) -> str:
+    text = str(value)
+    return text if text.isidentifier() and len(text) <= 64 else "an exception"
+
+
+# --- worker side ---------------------------------------------------------------------------
+
+
+def _rows(clients: list[ClientData], header: dict[str, Any], job: bytes, stream: Any) -> None:
+    fn, payload = pickle.loads(job)
+    floats, texts = count_payload(payload)
+    indices, seeds = header["indices"], header["seeds"]
+    with client_scope():
+        if header["batched"]:
+            if indices:
+                with seeded_rngs(seeds[0]):
+                    rows = fn(ClientBatch([clients[i] for i in indices]), payload)
+                wire.send(stream, {}, wire.array_bytes(rows))
+        else:
+            for i, seed in zip(indices, seeds, strict=True):
+                with seeded_rngs(seed):
+                    row = np.asarray(fn(clients[i], payload))
+                wire.send(stream, {}, wire.array_bytes(row[None]))
+    wire.send(stream, {"done": True, "floats": floats, "texts": texts})
+
+
+def _memos(clients: list[ClientData]) -> bytes:
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save([c._memo for c in clients], buffer)
+    return buffer.getvalue()
+
+
+def _load_memos(clients: list[ClientData], blob: bytes) -> None:
+    import torch
+
+    from benchmark.runner import CHECKPOINT_TYPES
+
+    with torch.serialization.safe_globals(CHECKPOINT_TYPES):
+        memos = torch.load(io.BytesIO(blob), weights_only=True)
+    for client, memo in zip(clients, memos, strict=True):
+        client._memo.clear()
+        client._memo.update(memo)
+
+
+def _serve(clients: list[ClientData], header: dict[str, Any], blobs: list[bytes], stream: Any):
+    op = header["op"]
+    if op == "rows":
+        _rows(clients, header, blobs[0], stream)
+    elif op == "all":
+        import cloudpickle
+
+        train_fn = pickle.loads(blobs[0])
+        with client_scope():
+            result = train_fn(clients)
+        wire.send(stream, {"done": True}, cloudpickle.dumps(result))
+    elif op == "memos":
+        wire.send(stream, {"done": True}, _memos(clients))
+    elif op == "load_memos":
+        _load_memos(clients, blobs[0])
+        wire.send(stream, {"done": True})
+    else:
+        raise ValueError(op)
+
+
+def main(fd: int) -> None:
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
+    sock = socket.socket(fileno=fd)
+    stream = sock.makefile("rwb")
+    header, blobs = wire.recv(stream)
+    clients = [ClientData(records, {}) for records in json.loads(blobs[0])]
+    del blobs
+    if header["threads"]:
+        import torch
+
+        torch.set_num_threads(header["threads"])
+    if header["policy"]:
+        restrict(Policy.from_json(header["policy"]))
+    while True:
+        try:
+            request, job = wire.recv(stream)
+        except wire.ChannelClosed:
+            return
+        try:
+            _serve(clients, request, job, stream)
+        except Exception as exc:
+            wire.send(stream, {"error": type(exc).__name__})
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))
