@@ -63,14 +63,18 @@ class Artifact:
 
     @classmethod
     def load(cls, path: Path) -> Artifact:
-        data: dict[str, Any] = json.loads(path.read_text())
+        return cls.from_dict(json.loads(path.read_text()), str(path))
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> Artifact:
+        """An artifact read from ``where`` (a file, another process), validated."""
         if not isinstance(data, dict):
-            raise ArtifactError(f"{path}: expected a JSON object")
+            raise ArtifactError(f"{where}: expected a JSON object")
         unknown = sorted(set(data) - {f.name for f in fields(cls)})
         if unknown:
-            raise ArtifactError(f"artifact.{unknown[0]}: unknown field ({path})")
+            raise ArtifactError(f"artifact.{unknown[0]}: unknown field ({where})")
         if "kind" not in data:
-            raise ArtifactError(f"artifact.kind: required field is missing ({path})")
+            raise ArtifactError(f"artifact.kind: required field is missing ({where})")
         return cls(**data)
 
 

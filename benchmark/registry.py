@@ -116,6 +116,17 @@ class Registry:
             if ep.name not in self._builtin and valid_name(ep.name):
                 self._targets.setdefault(ep.name, ep)
 
+    def registered_object(self, name: str) -> Any | None:
+        """The object registered as ``name`` by code in this process (a test, a plugin file),
+        or None for a built-in or an entry point, which another process finds by name."""
+        self._load_entry_points()
+        target = self._targets.get(name)
+        if name in self._builtin or target is None or isinstance(target, str):
+            return None
+        if hasattr(target, "load") and hasattr(target, "group"):
+            return None
+        return target
+
     def names(self) -> list[str]:
         self._load_entry_points()
         return sorted(self._targets)

@@ -162,7 +162,7 @@ def pool_seed(spec: RunSpec, run_dir: Path) -> int:
     return int(path.read_text())
 
 
-def _seed_torch(seed: int, round_index: int) -> None:
+def seed_torch(seed: int, round_index: int) -> None:
     torch.manual_seed(seed * 1_000_003 + round_index + 1)
 
 
@@ -188,6 +188,20 @@ def _refusal(path: Path, exc: Exception) -> str:
     if unsafe:
         return f"it holds {', '.join(unsafe)}, which loading would have to import"
     return f"it does not load as tensors and plain data ({type(exc).__name__})"
+
+
+def load_state_blob(blob: bytes) -> Any:
+    """A method state saved by an isolated method process (its checkpoint keeps the bytes
+    unopened), loaded there as tensors and plain data only."""
+    import io
+
+    try:
+        with torch.serialization.safe_globals(CHECKPOINT_TYPES):
+            return torch.load(io.BytesIO(blob), weights_only=True)
+    except Exception as exc:
+        raise UnsafeCheckpointError(
+            f"method state: it does not load as tensors and plain data ({type(exc).__name__})"
+        ) from exc
 
 
 def resume_checkpoint(path: Path, run_key: str) -> dict[str, Any]:
@@ -225,6 +239,37 @@ def _save_checkpoint(run_dir: Path, payload: dict[str, Any], round_index: int) -
     os.replace(tmp, run_dir / CHECKPOINT)
 
 
+class InProcessMethod:
+    """The method run in this process (tests of method internals; ``isolated=False``)."""
+
+    def __init__(self, method: Method, ctx: MethodContext, seed: int) -> None:
+        self.method, self.ctx, self.seed = method, ctx, seed
+        self.state: Any = None
+
+    def num_rounds(self) -> int:
+        return self.method.num_rounds()
+
+    def setup(self) -> Any:
+        seed_torch(self.seed, -1)
+        self.state = self.method.setup(self.ctx)
+        return self.state
+
+    def resume(self, state: Any) -> None:
+        self.state = state
+
+    def round(self, r: int) -> Any:
+        seed_torch(self.seed, r)
+        self.state = self.method.round(self.ctx, self.state, r)
+        return self.state
+
+    def finish(self) -> Any:
+        seed_torch(self.seed, self.method.num_rounds())
+        return self.method.finish(self.ctx, self.state)
+
+    def close(self) -> None:
+        pass
+
+
 def run(
     spec: RunSpec,
     *,
@@ -232,16 +277,26 @@ def run(
     stop_after_round: int | None = None,
     profile: Any = None,
     split: FederatedSplit | None = None,
+    isolated: bool = False,
 ) -> RunResult:
     """Run (or resume) ``spec``; returns its result record and artifact.
 
     ``profile`` and ``split`` may be passed in when the caller already holds them (the
-    quickstart, tests); otherwise they are loaded from the spec.
+    quickstart, tests); otherwise they are loaded from the spec. With ``isolated`` the
+    method runs in its own sandboxed process and its client code in a client worker
+    (:mod:`benchmark.isolation`); ``fedsynth run``, ``submit`` and the suites use that.
     """
     split = split or load_run_split(spec)
-    resolved, method_cls = resolve(spec, split)
     units = privacy_units(split, spec.privacy.unit)
     check_delta(spec, len(units))
+    if isolated:
+        from benchmark.isolation.coordinator import IsolatedLaunch
+
+        launch: Any = IsolatedLaunch(spec, split, profile)
+        resolved, role = launch.resolve()
+    else:
+        resolved, method_cls = resolve(spec, split)
+        role = method_cls.role
     run_dir = path_under(runs_root, resolved.run_key, where="run key")
     if (run_dir / RESULT).exists():  # finished before: the record is the result
         record = json.loads((run_dir / RESULT).read_text())
@@ -254,6 +309,8 @@ def run(
         profile = new_profile(spec.profile)
 
     ledger = PrivacyLedger()
+    work_dir = run_dir / "work"
+    work_dir.mkdir(exist_ok=True)
     pool = ClientPool(
         units,
         ledger=ledger,
@@ -261,9 +318,8 @@ def run(
         unit=spec.privacy.unit,
         allow_nonprivate=math.isinf(spec.privacy.epsilon),
         independence_checks=INDEPENDENCE_CHECKS,  # every run, `guarantee: simulated` too
+        executor=launch.client_worker(units, run_dir) if isolated else None,
     )
-    work_dir = run_dir / "work"
-    work_dir.mkdir(exist_ok=True)
     ctx = MethodContext(
         pool=pool,
         public=own_copy(split.records("public")),
@@ -274,23 +330,47 @@ def run(
         work_dir=work_dir,
         diagnostics=Diagnostics(run_dir),
     )
-    method = method_cls(resolved.method_config)
+    if isolated:
+        launch.warm(public_start_of(ctx))
+        method: Any = launch.method(resolved, pool, run_dir)
+    else:
+        method = InProcessMethod(method_cls(resolved.method_config), ctx, spec.seed)
+    try:
+        return _drive(method, spec, resolved, split, pool, ctx, run_dir, role, stop_after_round)
+    finally:
+        method.close()
+        if isolated:
+            launch.close()
 
+
+def _drive(
+    method: Any,
+    spec: RunSpec,
+    resolved: ResolvedSpec,
+    split: FederatedSplit,
+    pool: ClientPool,
+    ctx: MethodContext,
+    run_dir: Path,
+    role: str,
+    stop_after_round: int | None,
+) -> RunResult:
+    """Rounds, checkpoints, the release, the budget check, evaluation and the record."""
+    ledger = pool.ledger
     checkpoint_path = run_dir / CHECKPOINT
     if checkpoint_path.exists():
         saved = resume_checkpoint(checkpoint_path, resolved.run_key)
-        start, state, elapsed = saved["next_round"], saved["method_state"], saved["elapsed"]
+        start, elapsed = saved["next_round"], saved["elapsed"]
+        method.resume(saved["method_state"])
         pool.load_state_dict(saved["pool"])
         ledger.releases[:] = PrivacyLedger.from_json(saved["ledger"]).releases
     else:
-        _seed_torch(spec.seed, -1)
-        start, state, elapsed = 0, method.setup(ctx), 0.0
+        start, elapsed = 0, 0.0
+        method.setup()
 
     began = time.perf_counter()
     rounds = range(start, method.num_rounds())
     for r in progress(rounds, f"{spec.method.name} rounds", total=len(rounds), unit="round"):
-        _seed_torch(spec.seed, r)
-        state = method.round(ctx, state, r)
+        state = method.round(r)
         check_budget(ledger, spec)
         _save_checkpoint(
             run_dir,
@@ -307,14 +387,13 @@ def run(
         if stop_after_round is not None and r + 1 >= stop_after_round:
             raise RunInterrupted(f"stopped after round {r + 1} (checkpoint in {run_dir})")
 
-    _seed_torch(spec.seed, method.num_rounds())
-    artifact = checked_artifact(method.finish(ctx, state), spec.method.name)
+    artifact = checked_artifact(method.finish(), spec.method.name)
     epsilon = check_budget(ledger, spec)
     artifact.save(run_dir / ARTIFACT)
     method_seconds = elapsed + time.perf_counter() - began
 
     report = evaluate_artifact(
-        artifact, spec, split, profile, run_dir, pool.costs.summary(), public_start_of(ctx)
+        artifact, spec, split, ctx.profile, run_dir, pool.costs.summary(), public_start_of(ctx)
     )
     record = build_record(
         resolved=resolved,
@@ -328,8 +407,8 @@ def run(
             "server_seconds": max(method_seconds - pool.costs.client_seconds, 0.0),
         },
         wall_seconds=method_seconds,
-        profile=profile,
-        role=method_cls.role,
+        profile=ctx.profile,
+        role=role,
     )
     write_record(record, run_dir / RESULT)
     return RunResult(resolved.run_key, run_dir, record, artifact)
@@ -362,7 +441,7 @@ def evaluate_artifact(
 
     eval_dir = run_dir / "eval"
     eval_dir.mkdir(exist_ok=True)
-    _seed_torch(spec.seed, -2)
+    seed_torch(spec.seed, -2)
     ctx = EvalContext(
         split=split,
         profile=profile,

@@ -148,10 +148,13 @@ def public_start(ctx: MethodContext, config: dict[str, Any]) -> Any:
     if _load_cached_start(path, key, model):
         return model.eval()
     fine_tune(model, lm.tokenizer, public, validation, cfg, PUBLIC_START_SEED)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    torch.save({"key": key, "params": flat_params(model)}, tmp)
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp-{os.getpid()}")
+        torch.save({"key": key, "params": flat_params(model)}, tmp)
+        os.replace(tmp, path)
+    except PermissionError:  # an isolated method process reads the cache, never writes it
+        pass
     return model.eval()
 
 

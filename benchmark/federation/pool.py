@@ -108,6 +108,7 @@ class InProcessClients:
             client._memo.clear()
             client._memo.update(memo)
 
+
 INDEPENDENCE_CHECKS = 8  # clients recomputed alone per private release (see ClientPool)
 # Streams of the secret seed (0-4: sampling, noise, cohorts, tree nodes, DP-SGD).
 CLIENT_STREAM, BATCH_STREAM, ENCODE_STREAM = 5, 6, 7

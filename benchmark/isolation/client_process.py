@@ -32,6 +32,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,7 +52,11 @@ class ClientProcess:
     """The coordinator's handle on a client worker holding ``clients`` (records per client)."""
 
     def __init__(
-        self, clients: list[list[dict[str, Any]]], policy: Policy | None, threads: int
+        self,
+        clients: list[list[dict[str, Any]]],
+        policy: Policy | None,
+        threads: int,
+        tmp_dir: Path,
     ) -> None:
         ours, theirs = wire.stream_pair()
         self.proc = subprocess.Popen(
@@ -65,7 +70,8 @@ class ClientProcess:
         theirs.close()
         self._sock = ours
         self._stream = ours.makefile("rwb")
-        init = {"op": "init", "threads": threads, "policy": policy.to_json() if policy else None}
+        init = {"op": "init", "threads": threads, "tmp_dir": str(tmp_dir)}
+        init["policy"] = policy.to_json() if policy else None
         wire.send(self._stream, init, json.dumps(clients).encode())
         self.payload_counts = (0, 0)
 
@@ -210,12 +216,13 @@ def main(fd: int) -> None:
     header, blobs = wire.recv(stream)
     clients = [ClientData(records, {}) for records in json.loads(blobs[0])]
     del blobs
+    if header["policy"]:
+        os.environ["TMPDIR"] = header["tmp_dir"]
+        restrict(Policy.from_json(header["policy"]))  # before any thread starts
     if header["threads"]:
         import torch
 
         torch.set_num_threads(header["threads"])
-    if header["policy"]:
-        restrict(Policy.from_json(header["policy"]))
     while True:
         try:
             request, job = wire.recv(stream)

@@ -1,0 +1,301 @@
+"""The coordinator's side of the isolated path: it starts the method process and serves the
+pool calls the method makes, without loading any method code itself.
+
+The coordinator is the runner's process (:mod:`benchmark.runner`). It owns the split, the
+:class:`~benchmark.federation.pool.ClientPool` (sampling, clipping, summing, noise), the
+ledger and the accountant, the checkpoints and the evaluation. Method code runs in two
+untrusted processes: the method process (:mod:`benchmark.isolation.method_process`) and the
+client worker (:mod:`benchmark.isolation.client_process`). The one channel between the
+method and the private data is the pool's API, carried by :class:`MethodProcess` as JSON
+arguments and opaque job blobs; the coordinator unpickles nothing it receives.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmark.federation.pool import ClientPool
+from benchmark.isolation import wire
+from benchmark.isolation.client_process import child_env
+from benchmark.isolation.sandbox import Policy, interpreter_paths
+from benchmark.privacy.errors import PrivacyError
+
+
+class MethodError(RuntimeError):
+    """Method code raised (in the method process); the message is the method's own."""
+
+
+def _error_types() -> dict[str, Callable[[str], Exception]]:
+    """Errors the harness's own code raises in the method process, re-raised here as the
+    same types (tests and users match on them); anything else is a :class:`MethodError`."""
+    from benchmark.artifact import ArtifactError
+    from benchmark.federation.pool import ServerAccessError
+    from benchmark.registry import RegistryError
+    from benchmark.runner import UnsafeCheckpointError
+    from benchmark.spec import SpecError
+
+    kinds = (ArtifactError, PrivacyError, RegistryError, ServerAccessError, SpecError)
+    return {cls.__name__: cls for cls in (*kinds, UnsafeCheckpointError)}
+
+
+def policy_for(
+    code: list[Path], read_write: list[Path], readable: list[Path] | None = None
+) -> Policy:
+    """What an untrusted process may see: the interpreter, the harness's and the method's
+    code, the model caches (read-only), and its own ``read_write`` directories."""
+    from benchmark.profiles.cache import cache_dir
+
+    hub = Path.home() / ".cache" / "huggingface"
+    extra = tuple(readable or ())
+    return Policy(
+        read_only=(*interpreter_paths(), *code, cache_dir(), hub, *extra),
+        read_write=tuple(read_write),
+    )
+
+
+def harness_code() -> list[Path]:
+    """The packages an untrusted process imports from this checkout (not the checkout
+    itself, which may hold splits and results)."""
+    import benchmark
+    import methods
+
+    return [Path(benchmark.__file__).parent, Path(methods.__file__).parent]
+
+
+class MethodProcess:
+    """One method process; :meth:`request` sends a command and serves the pool calls the
+    method makes until the command's answer arrives."""
+
+    def __init__(self, init: dict[str, Any], blobs: list[bytes], pool: ClientPool | None) -> None:
+        ours, theirs = wire.stream_pair()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "benchmark.isolation.method_process", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            env=child_env(),
+        )
+        theirs.close()
+        self._sock = ours
+        self._stream = ours.makefile("rwb")
+        self._pool = pool
+        wire.send(self._stream, init, *blobs)
+
+    def answer(self) -> wire.Message:
+        """The next answer, serving pool calls before it."""
+        while True:
+            try:
+                header, blobs = wire.recv(self._stream)
+            except wire.ChannelClosed as exc:
+                raise MethodError(f"the method process ended without answering ({exc})") from exc
+            if "failed" in header:
+                kind = _error_types().get(str(header["failed"]))
+                message = str(header.get("message", ""))
+                if kind is None:
+                    raise MethodError(f"{header['failed']}: {message}")
+                raise kind(message)
+            if header.get("done"):
+                return header, blobs
+            wire.send(self._stream, *self._serve(header, blobs))
+
+    def request(self, header: dict[str, Any], *blobs: bytes) -> wire.Message:
+        wire.send(self._stream, header, *blobs)
+        return self.answer()
+
+    def _serve(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], bytes]:
+        pool, op, args = self._pool, header.get("op"), header.get("args")
+        if pool is None or not isinstance(args, dict):
+            raise PrivacyError(f"the method process sent a malformed request ({op!r})")
+        job = blobs[0] if blobs else b""
+        try:
+            if op == "aggregate":
+                aggregate = pool.aggregate(job, None, **args)
+                noisy = wire.array_bytes(aggregate.noisy_sum)
+                return {"expected_count": aggregate.expected_count}, noisy
+            if op == "tree_step":
+                prefix = pool.tree_step(args["name"], job, None, batched=args["batched"])
+                return {}, wire.array_bytes(prefix)
+            if op == "open_tree":
+                return {"leaves": pool.open_tree(args.pop("name"), **args)}, b""
+            if op == "centralized":
+                return {}, pool.centralized(job, label=args["label"])
+        except (TypeError, KeyError) as exc:
+            raise PrivacyError(f"pool.{op}: malformed arguments ({exc})") from exc
+        raise PrivacyError(f"the pool has no operation {op!r}")
+
+    def close(self) -> None:
+        self._stream.close()
+        self._sock.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def method_source(name: str) -> dict[str, Any]:
+    """How the method process finds method ``name`` without this process importing it: a
+    built-in or an entry point by name; a method registered in this process (a test's, a
+    plugin file's) by its module or file, whose directory it may then read."""
+    from benchmark.registry import METHODS
+
+    target = METHODS.registered_object(name)
+    if target is None:
+        return {"imports": [], "plugin": None, "code": []}
+    module = sys.modules[target.__module__]
+    path = Path(module.__file__ or "").resolve()
+    if target.__module__.startswith("fedsynth_plugin_"):
+        return {"imports": [], "plugin": str(path), "code": [path.parent]}
+    return {"imports": [target.__module__], "plugin": None, "code": [path.parent]}
+
+
+def describe(init: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+    """The method's resolved config, role and privacy units, asked of a sandboxed process
+    that writes nothing (config resolution runs method code too)."""
+    process = MethodProcess({**init, "op": "describe"}, blobs, None)
+    try:
+        header, _ = process.answer()
+    finally:
+        process.close()
+    return json.loads(json.dumps(header))
+
+
+def _as_tensor(blob: bytes) -> Any:
+    """Bytes the checkpoint keeps unopened (a method state, the clients' memos)."""
+    import torch
+
+    return torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+
+
+class RemoteMethod:
+    """The runner's handle on a method process (the in-process counterpart is
+    :class:`benchmark.runner.InProcessMethod`): states come back as byte tensors."""
+
+    def __init__(self, process: MethodProcess, work_dir: Path) -> None:
+        self._process = process
+        self._work_dir = work_dir
+        self._rounds = int(process.answer()[0]["num_rounds"])
+
+    def num_rounds(self) -> int:
+        return self._rounds
+
+    def setup(self) -> Any:
+        return _as_tensor(self._process.request({"op": "setup"})[1][0])
+
+    def resume(self, state: Any) -> None:
+        self._process.request({"op": "resume"}, state.numpy().tobytes())
+
+    def round(self, r: int) -> Any:
+        return _as_tensor(self._process.request({"op": "round", "round": r})[1][0])
+
+    def finish(self) -> Any:
+        from benchmark.artifact import Artifact, ArtifactError
+        from benchmark.registry import check_under
+
+        blob = self._process.request({"op": "finish"})[1][0]
+        try:
+            data = json.loads(blob)
+        except ValueError as exc:
+            raise ArtifactError("artifact: the method process sent no JSON object") from exc
+        artifact = Artifact.from_dict(data, "the method process")
+        if artifact.model_dir is not None:  # the evaluator reads it: only the method's own
+            check_under(self._work_dir, Path(artifact.model_dir), where="artifact.model_dir")
+        return artifact
+
+    def close(self) -> None:
+        self._process.close()
+
+
+class IsolatedLaunch:
+    """Everything the runner needs to run one spec on the isolated path: the method's
+    description, the client worker, the method process and their sandboxes."""
+
+    def __init__(self, spec: Any, split: Any, profile: Any) -> None:
+        import torch
+
+        self.spec, self.split, self.profile = spec, split, profile
+        self.source = method_source(spec.method.name)
+        self.threads = torch.get_num_threads()
+        self._by_name = profile is None or type(profile).__module__.startswith("benchmark.profiles")
+        code = list(self.source["code"])
+        if not self._by_name:
+            code.append(Path(sys.modules[type(profile).__module__].__file__ or "").parent)
+        self.code = harness_code() + code
+        self._worker: Any = None
+
+    def _init(self, op: str) -> tuple[dict[str, Any], list[bytes]]:
+        blobs = []
+        if not self._by_name:
+            import cloudpickle
+
+            blobs.append(cloudpickle.dumps(self.profile))
+        init = {"op": op, "method": self.spec.method.name, "threads": self.threads}
+        init |= {"imports": self.source["imports"], "plugin": self.source["plugin"]}
+        init |= {"profile": self.spec.profile, "profile_pickled": not self._by_name}
+        return init, blobs
+
+    def resolve(self) -> tuple[Any, str]:
+        """The resolved spec and the method's role, from a sandboxed describe process."""
+        from benchmark.method import ROLES
+        from benchmark.spec import ResolvedSpec, SpecError
+
+        init, blobs = self._init("describe")
+        with tempfile.TemporaryDirectory(prefix="fedsynth-describe-") as tmp:
+            init |= {"params": self.spec.method.params, "tmp_dir": tmp}
+            init["policy"] = policy_for(self.code, [Path(tmp)]).to_json()
+            info = describe(init, blobs)
+        unit = self.spec.privacy.unit
+        if unit not in info["privacy_units"]:
+            raise SpecError(
+                f"privacy.unit: {unit!r} is not supported by {self.spec.method.name!r}; "
+                f"allowed: {list(info['privacy_units'])}"
+            )
+        role = info["role"]
+        if role not in ROLES or (role != "method" and self.source["code"]):
+            raise SpecError(
+                f"{self.spec.method.name}: role {role!r} is reserved to built-in adapters; "
+                "a submitted adapter is ranked as a method"
+            )
+        resolved = ResolvedSpec(self.spec, info["config"], self.split.name, self.split.version)
+        return resolved, role
+
+    def client_worker(self, units: dict[str, list[dict[str, Any]]], run_dir: Path) -> Any:
+        from benchmark.isolation.client_process import ClientProcess
+
+        shards = [units[cid] for cid in sorted(units)]
+        tmp = run_dir / "client_tmp"  # the worker's own scratch; no other domain reads it
+        tmp.mkdir(exist_ok=True)
+        self._worker = ClientProcess(shards, policy_for(self.code, [tmp]), self.threads, tmp)
+        return self._worker
+
+    def warm(self, public_start: Callable[[], Any]) -> None:
+        """Build the shared public start here (the evaluator needs it anyway) before the
+        method process starts: it can read the cache but never writes what we read."""
+        if any(m["name"] == "next_token" for m in self.spec.evaluation.metrics):
+            public_start()
+
+    def method(self, resolved: Any, pool: ClientPool, run_dir: Path) -> RemoteMethod:
+        from dataclasses import asdict
+
+        work_dir, quarantine = run_dir / "work", run_dir / "private_diagnostics"
+        tmp = work_dir / "tmp"
+        for directory in (quarantine, tmp):
+            directory.mkdir(parents=True, exist_ok=True)
+        init, blobs = self._init("run")
+        init |= {"config": resolved.method_config, "privacy": asdict(self.spec.privacy)}
+        init |= {"seed": self.spec.seed, "work_dir": str(work_dir), "tmp_dir": str(tmp)}
+        init |= {"diagnostics_root": str(run_dir), "num_clients": pool.num_clients}
+        init["policy"] = policy_for(self.code, [work_dir, quarantine]).to_json()
+        public = json.dumps(self.split.records("public")).encode()
+        validation = json.dumps(self.split.records("validation")).encode()
+        process = MethodProcess(init, [public, validation, *blobs], pool)
+        return RemoteMethod(process, work_dir)
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()

@@ -1,0 +1,225 @@
+"""Unprivileged sandbox for the current process, built on Linux Landlock (through ctypes).
+
+Untrusted adapter code runs in child processes that call :func:`restrict` before importing
+or running anything of the adapter's. Afterwards the process can read only the paths its
+policy names, write only beneath its ``read_write`` paths, bind or connect no TCP socket, and
+(on ABI >= 6) neither signal nor reach through abstract unix sockets any process outside its
+own Landlock domain. The restriction is inherited by every child and cannot be lifted.
+
+Importing torch needs a writable temporary directory (dill, which it imports, probes
+tempfile.gettempdir()): give each domain a private one in ``read_write`` and point TMPDIR at it,
+never a /tmp that another domain reads.
+
+Landlock restricts the calling *thread* (and the threads it starts later), so
+:func:`restrict` refuses to run once the process has a second thread: call it first.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import stat
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+# x86_64 syscall numbers and the uapi constants of <linux/landlock.h>, <linux/prctl.h>
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+
+_FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_FS_REFER, _FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+_FS_ABI1 = (1 << 13) - 1  # EXECUTE .. MAKE_SYM: the 13 rights of ABI 1
+# rights that may be granted on a regular file; any other right on a file is EINVAL
+_FS_FILE_RIGHTS = _FS_EXECUTE | _FS_WRITE_FILE | _FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
+_FS_READ_ONLY = _FS_EXECUTE | _FS_READ_FILE | _FS_READ_DIR
+# always writable: a sink no domain reads back, opened "r+b"/"w" by dill (torch) and subprocess
+_SINKS = (Path("/dev/null"),)
+_NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
+_SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1  # the kernel struct is __attribute__((packed)): 12 bytes
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the sandboxed process may touch on disk; paths that do not exist are skipped."""
+
+    read_only: tuple[Path, ...]
+    read_write: tuple[Path, ...] = ()
+
+    def to_json(self) -> dict[str, list[str]]:
+        """The policy as a child process receives it."""
+        return {
+            "read_only": [str(p) for p in self.read_only],
+            "read_write": [str(p) for p in self.read_write],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, list[str]]) -> Policy:
+        return cls(tuple(map(Path, data["read_only"])), tuple(map(Path, data["read_write"])))
+
+
+def _syscall(number: int, *args: object) -> int:
+    """Raw syscall; returns the result or -errno, so callers tell 'unsupported' from failure."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    result = libc.syscall(ctypes.c_long(number), *args)
+    return -ctypes.get_errno() if result == -1 else result
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        raise OSError(-result, f"Landlock sandbox: {what} failed: {os.strerror(-result)}")
+    return result
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 where Landlock cannot be used at all."""
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        return 0
+    result = _syscall(
+        _SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION)
+    )
+    if result in (-errno.ENOSYS, -errno.EOPNOTSUPP):
+        return 0  # not built in, or built in but disabled at boot
+    return _check(result, "landlock_create_ruleset(VERSION)")
+
+
+def _handled_fs(abi: int) -> int:
+    """Every filesystem right the running ABI knows: an unhandled right is an allowed right."""
+    rights = _FS_ABI1
+    if abi >= 2:
+        rights |= _FS_REFER
+    if abi >= 3:
+        rights |= _FS_TRUNCATE
+    if abi >= 5:
+        rights |= _FS_IOCTL_DEV
+    return rights
+
+
+def _ruleset_attr(abi: int) -> tuple[_RulesetAttr, int]:
+    """The attribute and the size this ABI accepts (older kernels reject unknown fields)."""
+    attr = _RulesetAttr(handled_access_fs=_handled_fs(abi))
+    size = 8
+    if abi >= 4:
+        attr.handled_access_net = _NET_BIND_TCP | _NET_CONNECT_TCP  # no rule: all denied
+        size = 16
+    if abi >= 6:
+        attr.scoped = _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL
+        size = 24
+    return attr, size
+
+
+def _add_path_rule(ruleset_fd: int, path: Path, access: int) -> None:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            access &= _FS_FILE_RIGHTS
+        rule = _PathBeneathAttr(allowed_access=access, parent_fd=fd)
+        _check(
+            _syscall(
+                _SYS_ADD_RULE,
+                ctypes.c_int(ruleset_fd),
+                ctypes.c_int(_RULE_PATH_BENEATH),
+                ctypes.byref(rule),
+                ctypes.c_uint32(0),
+            ),
+            f"landlock_add_rule({path})",
+        )
+    finally:
+        os.close(fd)
+
+
+def _no_new_privs() -> None:
+    """Required by landlock_restrict_self for an unprivileged caller; setuid is then inert."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    args = (ctypes.c_ulong(v) for v in (1, 0, 0, 0))
+    if libc.prctl(ctypes.c_int(_PR_SET_NO_NEW_PRIVS), *args) != 0:
+        _check(-ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def _thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def restrict(policy: Policy) -> bool:
+    """Sandbox the current process for good; False (nothing applied) where Landlock is absent.
+
+    /dev/null is always writable. Raises RuntimeError when the process already runs several
+    threads (the others would stay unrestricted) and OSError when a Landlock call fails for any
+    reason but absence.
+    """
+    abi = landlock_abi()
+    if abi == 0:
+        return False
+    if _thread_count() > 1:
+        raise RuntimeError("Landlock sandbox: restrict() must run before any thread is started")
+    _no_new_privs()
+    attr, size = _ruleset_attr(abi)
+    ruleset_fd = _check(
+        _syscall(
+            _SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)
+        ),
+        "landlock_create_ruleset",
+    )
+    try:
+        for path in policy.read_only:
+            _add_path_rule(ruleset_fd, Path(path), _FS_READ_ONLY)
+        for path in policy.read_write + _SINKS:
+            _add_path_rule(ruleset_fd, Path(path), attr.handled_access_fs)
+        _check(
+            _syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset_fd), ctypes.c_uint32(0)),
+            "landlock_restrict_self",
+        )
+    finally:
+        os.close(ruleset_fd)
+    return True
+
+
+_SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/bin", "/etc", "/proc", "/sys")
+_DEVICES = ("/dev/null", "/dev/urandom", "/dev/zero")
+_PACKAGE_DIR_NAMES = frozenset({"site-packages", "dist-packages", "lib-dynload"})
+
+
+def _is_package_dir(entry: Path) -> bool:
+    """An installed-packages or stdlib entry of sys.path (not a checkout that may hold data)."""
+    stdlib = {Path(sysconfig.get_path(name)) for name in ("stdlib", "platstdlib")}
+    if entry.name in _PACKAGE_DIR_NAMES or entry in stdlib:
+        return True
+    return entry.suffix == ".zip" and entry.parent in {p.parent for p in stdlib}
+
+
+def interpreter_paths() -> tuple[Path, ...]:
+    """What this interpreter needs to read to start and import numpy, torch, transformers.
+
+    Leaves out the current directory, the code directories on sys.path, /tmp and /dev/shm:
+    the caller adds the code it wants run, and nothing where another domain writes.
+    """
+    paths = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
+    paths.append(Path(os.path.realpath(sys.executable)).parent)
+    paths += [Path(e) for e in sys.path if e and _is_package_dir(Path(e))]  # '' is the cwd
+    paths += [Path(p) for p in _SYSTEM_PATHS + _DEVICES]
+    return tuple(dict.fromkeys(p for p in paths if p.exists()))
