@@ -278,6 +278,7 @@ def run(
     profile: Any = None,
     split: FederatedSplit | None = None,
     isolated: bool = False,
+    plugin: Path | None = None,
 ) -> RunResult:
     """Run (or resume) ``spec``; returns its result record and artifact.
 
@@ -285,6 +286,7 @@ def run(
     quickstart, tests); otherwise they are loaded from the spec. With ``isolated`` the
     method runs in its own sandboxed process and its client code in a client worker
     (:mod:`benchmark.isolation`); ``fedsynth run``, ``submit`` and the suites use that.
+    ``plugin`` is a submitted adapter file, loaded only in the method's processes.
     """
     split = split or load_run_split(spec)
     units = privacy_units(split, spec.privacy.unit)
@@ -292,7 +294,7 @@ def run(
     if isolated:
         from benchmark.isolation.coordinator import IsolatedLaunch
 
-        launch: Any = IsolatedLaunch(spec, split, profile)
+        launch: Any = IsolatedLaunch(spec, split, profile, plugin)
         resolved, role = launch.resolve()
     else:
         resolved, method_cls = resolve(spec, split)

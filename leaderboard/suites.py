@@ -223,11 +223,13 @@ def run_suite(
     runs_root: Path,
     splits_root: Path,
     on_run: Callable[[str], None] | None = None,
+    plugin: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every (method, ε, seed) of the suite; write and return one entry per (method, ε),
-    signed with the host's key (leaderboard/signing.py).
+    """Run every (method, ε, seed) of the suite on the isolated path; write and return one
+    entry per (method, ε), signed with the host's key (leaderboard/signing.py).
 
-    ``on_run`` is called with a label after each finished run (progress reporting).
+    ``on_run`` is called with a label after each finished run (progress reporting);
+    ``plugin`` is a submitted adapter file (loaded only in the method's processes).
     """
     from benchmark.runner import run
     from datasets_builders.storage import load_split
@@ -243,7 +245,7 @@ def run_suite(
     grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for method, eps, seed in suite.grid(methods):
         spec = suite.spec(method, eps, seed, split_path)
-        result = run(spec, runs_root=runs_root, split=split)  # fresh profile per run
+        result = run(spec, runs_root=runs_root, split=split, isolated=True, plugin=plugin)
         grouped[entry_key(result.run_key, seed)].append(result.record)
         if on_run:
             on_run(f"{method} ε={eps:g} seed={seed}")

@@ -29,10 +29,11 @@ def run_command(spec: str, runs_dir: str) -> None:
     evaluates the released artifact and writes runs/<run-key>/result.json. Running the
     same spec again resumes from the last finished round.
     """
+    from benchmark.isolation.coordinator import MethodError
     from benchmark.runner import UnsafeCheckpointError, run
 
     try:
-        result = run(load_spec(spec), runs_root=Path(runs_dir))
+        result = run(load_spec(spec), runs_root=Path(runs_dir), isolated=True)
     except (
         SpecError,
         RegistryError,
@@ -40,6 +41,7 @@ def run_command(spec: str, runs_dir: str) -> None:
         ArtifactError,
         UnsafePathError,
         UnsafeCheckpointError,
+        MethodError,
     ) as exc:  # a bad spec, split, checkpoint or release: one line, no traceback
         raise click.ClickException(" ".join(str(exc).split())) from exc
     privacy = result.record["privacy"]

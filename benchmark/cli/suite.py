@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from benchmark.privacy.errors import PrivacyError
-from benchmark.registry import RegistryError, UnsafePathError, check_under, load_plugin_file
+from benchmark.registry import RegistryError, UnsafePathError, check_under
 from benchmark.spec import SpecError
 
 STORE_OPTIONS = [
@@ -39,11 +39,17 @@ def store_options(command):
 
 
 def run_with_progress(
-    suite_name: str, methods: list[str] | None, results: str, runs: str, splits: str
+    suite_name: str,
+    methods: list[str] | None,
+    results: str,
+    runs: str,
+    splits: str,
+    plugin: Path | None = None,
 ) -> list[dict[str, Any]]:
     """Run a suite with a progress bar over its runs; errors become clean CLI messages."""
     from tqdm import tqdm
 
+    from benchmark.isolation.coordinator import MethodError
     from leaderboard.suites import get_suite, run_suite
 
     suite = get_suite(suite_name)
@@ -62,8 +68,9 @@ def run_with_progress(
                 runs_root=Path(runs),
                 splits_root=Path(splits),
                 on_run=advance,
+                plugin=plugin,
             )
-        except (SpecError, RegistryError, PrivacyError, ValueError) as exc:
+        except (SpecError, RegistryError, PrivacyError, ValueError, MethodError) as exc:
             raise click.ClickException(str(exc)) from exc
 
 
@@ -141,16 +148,15 @@ def submit(
     """Run a third-party method adapter (a Python file that registers one method) through
     a suite with the same splits, budgets, seeds and evaluation as the published entries,
     write its entries, and pack them with their specs and split manifests into a bundle."""
-    from benchmark.registry import METHODS
+    from benchmark.isolation.coordinator import MethodError, plugin_methods
 
-    try:
-        module = load_plugin_file(adapter)
-    except RegistryError as exc:
+    try:  # the file is imported only in sandboxed method processes, never here
+        added = plugin_methods(Path(adapter))
+    except (RegistryError, MethodError) as exc:
         raise click.ClickException(str(exc)) from exc
-    added = METHODS.registered_by(module)
     if len(added) != 1:
         raise click.ClickException(f"{adapter} must register exactly one new method, got {added}")
-    entries = run_with_progress(suite_name, added, results, runs, splits)
+    entries = run_with_progress(suite_name, added, results, runs, splits, Path(adapter))
     out = Path(bundle or f"submission-{added[0]}.tar.gz")
     write_bundle(out, Path(results), entries)
     click.echo(f"method {added[0]}: {len(entries)} entries; bundle {out}")

@@ -138,12 +138,16 @@ class MethodProcess:
             self.proc.wait()
 
 
-def method_source(name: str) -> dict[str, Any]:
-    """How the method process finds method ``name`` without this process importing it: a
-    built-in or an entry point by name; a method registered in this process (a test's, a
-    plugin file's) by its module or file, whose directory it may then read."""
+def method_source(name: str, plugin: Path | None = None) -> dict[str, Any]:
+    """How the method process finds method ``name`` without this process importing it: in
+    a submitted ``plugin`` file (which it may read, alone of its directory); a built-in or
+    an entry point by name; a method registered in this process (a test's, a ``--plugin``
+    file's) by its module or file, whose directory it may then read."""
     from benchmark.registry import METHODS
 
+    if plugin is not None:
+        path = Path(plugin).resolve()
+        return {"imports": [], "plugin": str(path), "code": [path]}
     target = METHODS.registered_object(name)
     if target is None:
         return {"imports": [], "plugin": None, "code": []}
@@ -154,15 +158,24 @@ def method_source(name: str) -> dict[str, Any]:
     return {"imports": [target.__module__], "plugin": None, "code": [path.parent]}
 
 
-def describe(init: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
-    """The method's resolved config, role and privacy units, asked of a sandboxed process
-    that writes nothing (config resolution runs method code too)."""
-    process = MethodProcess({**init, "op": "describe"}, blobs, None)
-    try:
-        header, _ = process.answer()
-    finally:
-        process.close()
-    return json.loads(json.dumps(header))
+def ask(init: dict[str, Any], blobs: list[bytes], code: list[Path]) -> dict[str, Any]:
+    """One answer from a short-lived sandboxed method process that writes only its own
+    temporary directory (loading a method runs its code)."""
+    with tempfile.TemporaryDirectory(prefix="fedsynth-method-") as tmp:
+        init = {**init, "tmp_dir": tmp, "policy": policy_for(code, [Path(tmp)]).to_json()}
+        process = MethodProcess(init, blobs, None)
+        try:
+            header, _ = process.answer()
+        finally:
+            process.close()
+    return header
+
+
+def plugin_methods(plugin: Path) -> list[str]:
+    """The methods a submitted file registers, found without importing it here."""
+    source = method_source("", plugin)
+    init = {"op": "names", "plugin": source["plugin"], "threads": 1}
+    return [str(name) for name in ask(init, [], harness_code() + source["code"])["names"]]
 
 
 def _as_tensor(blob: bytes) -> Any:
@@ -215,11 +228,11 @@ class IsolatedLaunch:
     """Everything the runner needs to run one spec on the isolated path: the method's
     description, the client worker, the method process and their sandboxes."""
 
-    def __init__(self, spec: Any, split: Any, profile: Any) -> None:
+    def __init__(self, spec: Any, split: Any, profile: Any, plugin: Path | None) -> None:
         import torch
 
         self.spec, self.split, self.profile = spec, split, profile
-        self.source = method_source(spec.method.name)
+        self.source = method_source(spec.method.name, plugin)
         self.threads = torch.get_num_threads()
         self._by_name = profile is None or type(profile).__module__.startswith("benchmark.profiles")
         code = list(self.source["code"])
@@ -245,10 +258,7 @@ class IsolatedLaunch:
         from benchmark.spec import ResolvedSpec, SpecError
 
         init, blobs = self._init("describe")
-        with tempfile.TemporaryDirectory(prefix="fedsynth-describe-") as tmp:
-            init |= {"params": self.spec.method.params, "tmp_dir": tmp}
-            init["policy"] = policy_for(self.code, [Path(tmp)]).to_json()
-            info = describe(init, blobs)
+        info = ask({**init, "params": self.spec.method.params}, blobs, self.code)
         unit = self.spec.privacy.unit
         if unit not in info["privacy_units"]:
             raise SpecError(

@@ -8,8 +8,9 @@ process and directories, which it can neither reach in memory nor read on disk. 
 the harness's modules here changes only this process's copies; ε, noise and metrics are
 computed elsewhere.
 
-Commands from the coordinator (:mod:`benchmark.isolation.wire`): ``describe`` (the resolved
-config, role, privacy units, number of rounds), ``setup``, ``round`` and ``resume``, each
+Commands from the coordinator (:mod:`benchmark.isolation.wire`): ``names`` (the methods a
+submitted file registers), ``describe`` (the resolved config, role and privacy units),
+``run`` (answered with the number of rounds), then ``setup``, ``round`` and ``resume``, each
 answered with the method state as a torch-saved blob (checked to load as tensors and plain
 data), and ``finish``, answered with the artifact as JSON. While a command runs, the method
 calls the pool through the same channel; an exception in method code is answered with its
@@ -194,6 +195,12 @@ def _profile(init: dict[str, Any], blobs: list[bytes]) -> Any:
 def _serve(init: dict[str, Any], blobs: list[bytes], stream: Any) -> None:
     from benchmark.runner import load_state_blob, seed_torch
 
+    if init["op"] == "names":  # which methods a submitted file registers
+        from benchmark.registry import METHODS, load_plugin_file
+
+        names = METHODS.registered_by(load_plugin_file(init["plugin"]))
+        wire.send(stream, {"done": True, "names": names})
+        return
     method_cls = _load_method(init)
     profile = _profile(init, blobs)
     if init["op"] == "describe":
