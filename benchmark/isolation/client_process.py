@@ -40,7 +40,7 @@ import numpy as np
 from benchmark.federation.clients import ClientBatch, ClientData, client_scope, seeded_rngs
 from benchmark.federation.costs import count_payload
 from benchmark.isolation import wire
-from benchmark.isolation.sandbox import Policy, restrict
+from benchmark.isolation.sandbox import Policy, import_top_level_packages, restrict
 from benchmark.privacy.errors import PrivacyError
 
 
@@ -134,11 +134,25 @@ class ClientProcess:
             self.proc.wait()
 
 
+# What an untrusted child inherits of the coordinator's environment: locale, threads, the
+# offline switches and the cache locations; not tokens, keys or anything else set there.
+CHILD_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "XDG_CACHE_HOME", "HF_HOME")
+CHILD_ENVIRONMENT_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_", "TORCH_", "FEDSYNTH_CACHE")
+CHILD_SWITCHES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
+
+
 def child_env() -> dict[str, str]:
-    """The environment of an untrusted child: the parent's, with the import path made
-    absolute (the child starts in the same directory but must not depend on it)."""
+    """The environment of an untrusted child: an allow-list of the parent's, and the
+    import path made absolute (the child must not depend on its working directory)."""
+    keep = {
+        key: value
+        for key, value in os.environ.items()
+        if key in CHILD_ENVIRONMENT
+        or key in CHILD_SWITCHES
+        or key.startswith(CHILD_ENVIRONMENT_PREFIXES)
+    }
     paths = [p or os.getcwd() for p in sys.path]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
+    return {**keep, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.pathsep.join(paths)}
 
 
 def _name(value: object) -> str:
@@ -216,6 +230,7 @@ def main(fd: int) -> None:
     header, blobs = wire.recv(stream)
     clients = [ClientData(records, {}) for records in json.loads(blobs[0])]
     del blobs
+    import_top_level_packages()
     if header["policy"]:
         os.environ["TMPDIR"] = header["tmp_dir"]
         restrict(Policy.from_json(header["policy"]))  # before any thread starts

@@ -32,7 +32,7 @@ import numpy as np
 
 from benchmark.federation.pool import Aggregate, ServerAccessError
 from benchmark.isolation import wire
-from benchmark.isolation.sandbox import Policy, restrict
+from benchmark.isolation.sandbox import Policy, import_top_level_packages, restrict
 from benchmark.privacy.errors import PrivacyError
 
 
@@ -240,6 +240,7 @@ def main(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     stream = sock.makefile("rwb")
     init, blobs = wire.recv(stream)
+    import_top_level_packages()
     if init["policy"]:
         os.environ["TMPDIR"] = init["tmp_dir"]
         restrict(Policy.from_json(init["policy"]))

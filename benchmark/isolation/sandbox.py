@@ -67,8 +67,8 @@ class Policy:
     def to_json(self) -> dict[str, list[str]]:
         """The policy as a child process receives it."""
         return {
-            "read_only": [str(p) for p in self.read_only],
-            "read_write": [str(p) for p in self.read_write],
+            "read_only": list(map(str, self.read_only)),
+            "read_write": list(map(str, self.read_write)),
         }
 
     @classmethod
@@ -199,7 +199,12 @@ def restrict(policy: Policy) -> bool:
     return True
 
 
-_SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/bin", "/etc", "/proc", "/sys")
+_SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/bin", "/etc", "/sys")
+# Not all of /proc: Landlock's ptrace scoping does not stop reading /proc/<pid>/environ, maps
+# or cmdline of other same-user processes (measured on 6.18), and the harness's environment
+# may hold tokens. /proc/self resolves, when restrict() opens it, to this process's own pid
+# directory, so a child the sandboxed process starts cannot read its own /proc/self.
+_PROC_PATHS = ("/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/sys")
 _DEVICES = ("/dev/null", "/dev/urandom", "/dev/zero")
 _PACKAGE_DIR_NAMES = frozenset({"site-packages", "dist-packages", "lib-dynload"})
 
@@ -215,11 +220,24 @@ def _is_package_dir(entry: Path) -> bool:
 def interpreter_paths() -> tuple[Path, ...]:
     """What this interpreter needs to read to start and import numpy, torch, transformers.
 
-    Leaves out the current directory, the code directories on sys.path, /tmp and /dev/shm:
-    the caller adds the code it wants run, and nothing where another domain writes.
+    Leaves out the current directory, the code directories on sys.path, /tmp, /dev/shm and
+    other processes' /proc entries: the caller adds the code it wants run, and nothing where
+    another domain writes. Without /dev/shm, multiprocessing locks and queues (and so
+    DataLoader workers) fail with PermissionError.
     """
     paths = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
     paths.append(Path(os.path.realpath(sys.executable)).parent)
     paths += [Path(e) for e in sys.path if e and _is_package_dir(Path(e))]  # '' is the cwd
-    paths += [Path(p) for p in _SYSTEM_PATHS + _DEVICES]
+    paths += [Path(p) for p in _SYSTEM_PATHS + _PROC_PATHS + _DEVICES]
     return tuple(dict.fromkeys(p for p in paths if p.exists()))
+
+
+def import_top_level_packages() -> None:
+    """Import the harness's top-level packages before :func:`restrict`: the checkout that
+    holds them is not readable afterwards (it may hold splits and results), so Python could
+    no longer find them there; their submodules are found through the packages' own
+    directories, which the policy names."""
+    import importlib
+
+    for name in ("benchmark", "methods"):
+        importlib.import_module(name)

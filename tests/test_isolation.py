@@ -1,0 +1,128 @@
+"""The isolated path: adversarial adapters (``tests/adversaries.py``), one per attack class,
+each refused with a clear error or without effect on what is released and recorded; and the
+same results as the in-process path for an honest method."""
+
+import json
+
+import adversaries  # noqa: F401  (registers the adversarial adapters)
+import pytest
+from doubles import StubProfile, make_split
+
+from benchmark.isolation.coordinator import MethodError
+from benchmark.isolation.sandbox import landlock_abi
+from benchmark.privacy.errors import PrivacyError
+from benchmark.runner import run
+from benchmark.spec import spec_from_dict
+
+needs_landlock = pytest.mark.skipif(landlock_abi() < 6, reason="needs Landlock ABI >= 6")
+TRAIN_TEXTS = [r["text"] for r in make_split().records("train")]
+
+
+def spec(method, params=None, **privacy):
+    return spec_from_dict(
+        {
+            "split": {"path": "unused"},
+            "method": {"name": method, "params": params or {}},
+            "privacy": {"epsilon": 2.0, "delta": 1e-5, **privacy},
+            "seed": 5,
+        }
+    )
+
+
+def go(tmp_path, s, isolated=True):
+    return run(s, runs_root=tmp_path, profile=StubProfile(), split=make_split(), isolated=isolated)
+
+
+def leaks(result):
+    released = json.dumps(result.artifact.texts)
+    return [t for t in TRAIN_TEXTS if t.strip() in released]
+
+
+SEEDED = {"noise_seed": "spec", "guarantee": "simulated"}
+
+
+def test_isolated_records_equal_in_process_records(tmp_path):
+    """Same spec-seeded noise, same client rows, same ε and metrics on both paths."""
+    inside = go(tmp_path / "a", spec("test_noisy_rounds", **SEEDED), isolated=False)
+    apart = go(tmp_path / "b", spec("test_noisy_rounds", **SEEDED))
+    assert apart.artifact.texts == inside.artifact.texts
+    assert apart.record["privacy"] == inside.record["privacy"]
+    assert apart.record["metrics"] == inside.record["metrics"]
+    timing = ("client_seconds", "client_seconds_per_client_round", "server_seconds")
+    costs = [
+        {k: v for k, v in r.record["costs"].items() if k not in timing} for r in (inside, apart)
+    ]
+    assert costs[0] == costs[1]
+
+
+def test_a_client_functions_global_never_reaches_the_server(tmp_path):
+    result = go(tmp_path, spec("adv_global_stash"))
+    assert result.artifact.texts == ["nothing"] and not leaks(result)
+
+
+def test_the_pools_internals_are_not_in_the_method_process(tmp_path):
+    with pytest.raises(PrivacyError, match="has no '_records'"):
+        go(tmp_path, spec("adv_pool_internals"))
+
+
+def test_no_client_data_among_the_method_processes_objects(tmp_path):
+    result = go(tmp_path, spec("adv_gc_scan"))
+    assert result.artifact.texts == ["nothing"]
+
+
+def test_the_release_counter_cannot_be_rewound(tmp_path):
+    with pytest.raises(PrivacyError, match="has no 'load_state_dict'"):
+        go(tmp_path, spec("adv_rewind"))
+
+
+def test_a_batched_function_that_mixes_clients_is_refused(tmp_path):
+    with pytest.raises(PrivacyError, match="depends on other clients"):
+        go(tmp_path, spec("adv_mix_batch"))
+
+
+def test_patching_the_harness_changes_nothing_that_is_recorded(tmp_path):
+    honest = go(tmp_path / "a", spec("adversary_baseline", **SEEDED))
+    patched = go(tmp_path / "b", spec("adv_patch_harness", **SEEDED))
+    assert patched.record["privacy"]["epsilon"] == honest.record["privacy"]["epsilon"] > 1
+    assert patched.record["metrics"] == honest.record["metrics"]
+    ledger = patched.record["privacy"]["ledger"][0]
+    assert ledger["noise_multiplier"] > 0.5  # a plain number: the noise was drawn
+
+
+def test_exception_messages_from_client_code_never_reach_the_server(tmp_path):
+    with pytest.raises(PrivacyError, match="raised ValueError; the run stops") as caught:
+        go(tmp_path, spec("adv_raise_message"))
+    assert not any(t.strip() in str(caught.value) for t in TRAIN_TEXTS)
+
+
+@needs_landlock
+def test_the_secret_seed_and_the_split_cannot_be_read(tmp_path):
+    first = go(tmp_path / "honest", spec("test_noisy_rounds"))
+    secret = first.run_dir / "pool_seed.secret"
+    for target in (secret, first.run_dir / "checkpoint.pt"):
+        with pytest.raises(MethodError, match="PermissionError"):
+            go(tmp_path / "attack", spec("adv_read_file", {"target": str(target)}))
+
+
+@needs_landlock
+def test_nothing_outside_the_runs_work_directory_can_be_written(tmp_path):
+    from benchmark.profiles.cache import cache_dir
+
+    for target in (cache_dir() / "planted.pt", tmp_path / "stash.txt"):
+        with pytest.raises(MethodError, match="PermissionError"):
+            go(tmp_path / "runs", spec("adv_write_file", {"target": str(target)}))
+        assert not target.exists()
+
+
+@needs_landlock
+def test_the_coordinators_environment_cannot_be_read(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDSYNTH_TEST_SECRET", "hunter2")
+    released = json.dumps(go(tmp_path, spec("adv_environment")).artifact.texts)
+    assert "hunter2" not in released and "refused" in released
+
+
+def test_a_submitted_adapter_cannot_claim_to_be_a_bound(tmp_path):
+    from benchmark.spec import SpecError
+
+    with pytest.raises(SpecError, match="reserved to built-in adapters"):
+        go(tmp_path, spec("adv_claims_bound"))
