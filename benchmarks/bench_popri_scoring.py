@@ -16,7 +16,13 @@ so the numbers measure scoring and aggregation, not a sentence encoder. Reported
 - ``clip_sum_f32``: the clip+sum done as one float32 pass (row norms by einsum, then the
   scale vector times the matrix), i.e. what the pool's generic part could cost.
 
-Run: ``.venv/bin/python benchmarks/bench_popri_scoring.py [--json out.json]``.
+With ``--isolated`` the round runs as on the isolated path (``benchmark/isolation``): the
+job is pickled (``job_pickle_s``, the method process's hop), sent to a sandboxed client
+worker that runs the scorer and writes the rows into a shared memory file, which the
+coordinator copies out, clips, sums and noises. ``warm_round_s`` then includes every hop;
+the client function's own time is not visible from the coordinator (``nan``).
+
+Run: ``.venv/bin/python benchmarks/bench_popri_scoring.py [--isolated] [--json out.json]``.
 """
 
 from __future__ import annotations
@@ -25,13 +31,17 @@ import argparse
 import json
 import os
 import platform
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from benchmark.federation.clients import ClientBatch
 from benchmark.federation.pool import ClientPool
+from benchmark.federation.recompute import snapshot
 from benchmark.privacy.ledger import PrivacyLedger
 from benchmark.profiles.base import Embedder
 from methods.popri_scoring import SimilarityScorer, unit_rows
@@ -81,7 +91,22 @@ def clip_sum_f32(rows: np.ndarray, clip_norm: float) -> np.ndarray:
     return (scale.astype(rows.dtype) @ rows).astype(np.float64)
 
 
-def run(clients: int, per_client: int, synthetic: int, dim: int, repeats: int) -> dict:
+def isolated_pool(data: dict, scratch: Path) -> tuple[ClientPool, Any]:
+    """The pool as an isolated run has it: client code in a sandboxed client worker."""
+    import torch
+
+    from benchmark.isolation.client_process import ClientProcess
+    from benchmark.isolation.coordinator import harness_code, policy_for
+
+    shards = [data[cid] for cid in sorted(data)]
+    policy = policy_for(harness_code(), [scratch])
+    worker = ClientProcess(shards, policy, torch.get_num_threads(), scratch)
+    return ClientPool(data, ledger=PrivacyLedger(), seed=0, executor=worker), worker
+
+
+def run(
+    clients: int, per_client: int, synthetic: int, dim: int, repeats: int, isolated: bool
+) -> dict:
     rng = np.random.default_rng(0)
     table = unit_rows(rng.standard_normal((clients * per_client, dim), dtype=np.float32))
     syn = unit_rows(rng.standard_normal((synthetic, dim), dtype=np.float32))
@@ -89,13 +114,24 @@ def run(clients: int, per_client: int, synthetic: int, dim: int, repeats: int) -
         f"c{i:06d}": [{"text": str(i * per_client + j)} for j in range(per_client)]
         for i in range(clients)
     }
-    pool = ClientPool(data, ledger=PrivacyLedger(), seed=0)
+    scratch = Path(tempfile.mkdtemp(prefix="bench-popri-"))
+    pool, worker = (
+        isolated_pool(data, scratch)
+        if isolated
+        else (ClientPool(data, ledger=PrivacyLedger(), seed=0), None)
+    )
     scorer = TimedScorer(SimilarityScorer(LookupEmbedder(table)))
+    hops = {"job_pickle_s": 0.0, "job_bytes": 0}
 
     def one_round() -> np.ndarray:
+        fn, payload = scorer, syn
+        if isolated:  # what the method process sends: the pickled job (timed: a hop)
+            start = time.perf_counter()
+            fn, payload = snapshot(scorer, syn), None
+            hops["job_pickle_s"], hops["job_bytes"] = time.perf_counter() - start, len(fn)
         return pool.aggregate(
-            scorer,
-            syn,
+            fn,
+            payload,
             dim=synthetic,
             clip_norm=1.0,
             noise_multiplier=1.0,
@@ -112,11 +148,20 @@ def run(clients: int, per_client: int, synthetic: int, dim: int, repeats: int) -
         one_round()
         warm_runs.append((time.perf_counter() - start, scorer.seconds))
     warm, warm_client = min(warm_runs)
+    if worker is not None:  # the client function ran in the worker: its time is not ours
+        worker.close()
+        cold_client = warm_client = float("nan")
 
     flops = 2.0 * clients * synthetic * dim
     means = rng.standard_normal((clients, dim), dtype=np.float32)
     numpy_mm = best_time(lambda: means @ syn.T, repeats)
     result = {
+        "path": "isolated (client worker, shared-memory rows)" if isolated else "in process",
+        **(
+            {"job_pickle_s": hops["job_pickle_s"], "job_mb": hops["job_bytes"] / 1e6}
+            if isolated
+            else {}
+        ),
         "clients": clients,
         "samples_per_client": per_client,
         "synthetic": synthetic,
@@ -164,9 +209,21 @@ def main() -> None:
     parser.add_argument("--synthetic", type=int, default=18_000)
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--isolated",
+        action="store_true",
+        help="run client code in a sandboxed client worker, as fedsynth run and the suites do",
+    )
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
-    result = run(args.clients, args.samples_per_client, args.synthetic, args.dim, args.repeats)
+    result = run(
+        args.clients,
+        args.samples_per_client,
+        args.synthetic,
+        args.dim,
+        args.repeats,
+        args.isolated,
+    )
     width = max(len(k) for k in result)
     for key, value in result.items():
         shown = f"{value:.4g}" if isinstance(value, float) else value

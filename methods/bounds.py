@@ -77,11 +77,17 @@ class NonPrivate(Method):
             self.config["batch_size"],
             self.config["max_length"],
         )
-        validation = validation_texts(ctx)
+        validation, seed = validation_texts(ctx), ctx.seed
 
-        def train_on_clients(clients: list[ClientData]) -> int:
+        def train_on_clients(clients: list[ClientData]) -> Any:
+            """Client side (the ε = ∞ bound sees every client at once): the trained model
+            comes back as the result, since on the isolated path it trains in the client
+            worker, on a copy of ``model``."""
             texts = [t for c in clients for t in c.texts]
-            return fine_tune(model, tokenizer, texts, validation, cfg, ctx.seed)
+            fine_tune(model, tokenizer, texts, validation, cfg, seed)
+            return model
 
-        ctx.pool.centralized(train_on_clients, label=f"{self.name}/centralized-fine-tuning")
+        model = ctx.pool.centralized(
+            train_on_clients, label=f"{self.name}/centralized-fine-tuning"
+        )
         return save_model(model, tokenizer, ctx.work_dir / self.name)

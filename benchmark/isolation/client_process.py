@@ -4,9 +4,10 @@ A method's client-side functions arrive here as cloudpickled blobs (from the met
 process, forwarded unopened by the coordinator). The worker runs them on its clients, as
 :class:`~benchmark.federation.pool.ClientPool` would in process (inside
 :func:`client_scope`, under :func:`seeded_rngs` with the seeds the coordinator sends), and
-returns per-client rows as ``.npy`` arrays, which the coordinator clips, sums and noises.
-Nothing else leaves it: an exception is reported by its type name only (client code writes
-the message), and its stdout and stderr go to /dev/null.
+returns per-client rows as ``.npy`` arrays (a large batch through a shared memory file),
+which the coordinator clips, sums and noises. Nothing else reaches the server: an exception
+is reported by its type name only (client code writes the message). Its stdout and stderr
+are the operator's terminal (progress, a crash's traceback), which no method process reads.
 
 It starts from a fresh interpreter, receives the shards, then sandboxes itself
 (:mod:`benchmark.isolation.sandbox`: read-only code and models, nothing writable, no
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import io
 import json
+import mmap
 import os
 import pickle
 import socket
@@ -59,12 +61,11 @@ class ClientProcess:
         tmp_dir: Path,
     ) -> None:
         ours, theirs = wire.stream_pair()
+        self._rows_fd = os.memfd_create("fedsynth-rows", os.MFD_CLOEXEC)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),),
+            [sys.executable, "-m", __name__, str(theirs.fileno()), str(self._rows_fd)],
+            pass_fds=(theirs.fileno(), self._rows_fd),
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
             env=child_env(),
         )
         theirs.close()
@@ -99,7 +100,24 @@ class ClientProcess:
             if header.get("done"):
                 self.payload_counts = (int(header["floats"]), int(header["texts"]))
                 return
-            yield wire.array_from(blobs[0])
+            yield self._shared_rows(header) if header.get("shared") else wire.array_from(blobs[0])
+
+    def _shared_rows(self, header: dict[str, Any]) -> np.ndarray:
+        """A batched call's rows, written by the worker into the shared memory file: numbers
+        of the announced shape, copied out (the worker could still write there)."""
+        try:
+            dtype, shape = np.dtype(str(header["dtype"])), tuple(int(n) for n in header["shape"])
+        except (TypeError, ValueError, KeyError) as exc:
+            raise PrivacyError(f"the client worker announced malformed rows ({exc})") from exc
+        if dtype.kind not in "fiu" or len(shape) != 2 or min(shape) < 0:
+            raise PrivacyError("client-side functions must return numbers, one row per client")
+        size = shape[0] * shape[1] * dtype.itemsize
+        if size == 0:
+            return np.zeros(shape, dtype)
+        if os.fstat(self._rows_fd).st_size < size:
+            raise PrivacyError("the client worker announced more rows than it wrote")
+        with mmap.mmap(self._rows_fd, size, prot=mmap.PROT_READ) as view:
+            return np.frombuffer(view, dtype, shape[0] * shape[1]).reshape(shape).copy()
 
     def run_all(self, job: bytes) -> bytes:
         """The cloudpickled result of a centralized job, unopened (for the method process)."""
@@ -127,6 +145,7 @@ class ClientProcess:
     def close(self) -> None:
         self._stream.close()
         self._sock.close()
+        os.close(self._rows_fd)
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -163,7 +182,27 @@ def _name(value: object) -> str:
 # --- worker side ---------------------------------------------------------------------------
 
 
-def _rows(clients: list[ClientData], header: dict[str, Any], job: bytes, stream: Any) -> None:
+SHARED_ROWS_BYTES = 1 << 20  # batched rows larger than this go through shared memory
+
+
+def _send_batch(rows: Any, stream: Any, shared_fd: int) -> None:
+    """A batched call's rows: through the shared memory file when large (one copy, no
+    pickling or framing of hundreds of MB), else as a ``.npy`` blob."""
+    rows = np.ascontiguousarray(rows)
+    if rows.dtype.kind not in "fiu" or rows.ndim != 2 or rows.nbytes <= SHARED_ROWS_BYTES:
+        wire.send(stream, {}, wire.array_bytes(rows))
+        return
+    os.ftruncate(shared_fd, rows.nbytes)
+    with mmap.mmap(shared_fd, rows.nbytes) as view:
+        target = np.frombuffer(view, rows.dtype, rows.size).reshape(rows.shape)
+        target[...] = rows
+        del target
+    wire.send(stream, {"shared": True, "dtype": rows.dtype.str, "shape": list(rows.shape)})
+
+
+def _rows(
+    clients: list[ClientData], header: dict[str, Any], job: bytes, stream: Any, shared_fd: int
+) -> None:
     fn, payload = pickle.loads(job)
     floats, texts = count_payload(payload)
     indices, seeds = header["indices"], header["seeds"]
@@ -172,7 +211,7 @@ def _rows(clients: list[ClientData], header: dict[str, Any], job: bytes, stream:
             if indices:
                 with seeded_rngs(seeds[0]):
                     rows = fn(ClientBatch([clients[i] for i in indices]), payload)
-                wire.send(stream, {}, wire.array_bytes(rows))
+                _send_batch(rows, stream, shared_fd)
         else:
             for i, seed in zip(indices, seeds, strict=True):
                 with seeded_rngs(seed):
@@ -201,10 +240,16 @@ def _load_memos(clients: list[ClientData], blob: bytes) -> None:
         client._memo.update(memo)
 
 
-def _serve(clients: list[ClientData], header: dict[str, Any], blobs: list[bytes], stream: Any):
+def _serve(
+    clients: list[ClientData],
+    header: dict[str, Any],
+    blobs: list[bytes],
+    stream: Any,
+    shared_fd: int,
+) -> None:
     op = header["op"]
     if op == "rows":
-        _rows(clients, header, blobs[0], stream)
+        _rows(clients, header, blobs[0], stream, shared_fd)
     elif op == "all":
         import cloudpickle
 
@@ -221,10 +266,7 @@ def _serve(clients: list[ClientData], header: dict[str, Any], blobs: list[bytes]
         raise ValueError(op)
 
 
-def main(fd: int) -> None:
-    quiet = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(quiet, 1)
-    os.dup2(quiet, 2)
+def main(fd: int, shared_fd: int) -> None:
     sock = socket.socket(fileno=fd)
     stream = sock.makefile("rwb")
     header, blobs = wire.recv(stream)
@@ -244,10 +286,10 @@ def main(fd: int) -> None:
         except wire.ChannelClosed:
             return
         try:
-            _serve(clients, request, job, stream)
+            _serve(clients, request, job, stream, shared_fd)
         except Exception as exc:
             wire.send(stream, {"error": type(exc).__name__})
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]))
+    main(int(sys.argv[1]), int(sys.argv[2]))
