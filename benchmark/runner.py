@@ -345,6 +345,21 @@ def run(
             launch.close()
 
 
+def finished_result(
+    spec: RunSpec, *, runs_root: Path, split: FederatedSplit, plugin: Path | None = None
+) -> RunResult | None:
+    """The result of ``spec`` if a run under ``runs_root`` finished it; runs nothing (the
+    method is only described, in a sandboxed process, for its run key)."""
+    from benchmark.isolation.coordinator import IsolatedLaunch
+
+    resolved, _ = IsolatedLaunch(spec, split, None, plugin).resolve()
+    run_dir = path_under(runs_root, resolved.run_key, where="run key")
+    if not (run_dir / RESULT).exists():
+        return None
+    record = json.loads((run_dir / RESULT).read_text())
+    return RunResult(resolved.run_key, run_dir, record, Artifact.load(run_dir / ARTIFACT))
+
+
 def _drive(
     method: Any,
     spec: RunSpec,

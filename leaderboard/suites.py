@@ -224,14 +224,17 @@ def run_suite(
     splits_root: Path,
     on_run: Callable[[str], None] | None = None,
     plugin: Path | None = None,
+    finished_only: bool = False,
 ) -> list[dict[str, Any]]:
     """Run every (method, ε, seed) of the suite on the isolated path; write and return one
     entry per (method, ε), signed with the host's key (leaderboard/signing.py).
 
     ``on_run`` is called with a label after each finished run (progress reporting);
-    ``plugin`` is a submitted adapter file (loaded only in the method's processes).
+    ``plugin`` is a submitted adapter file (loaded only in the method's processes). With
+    ``finished_only`` nothing is run: entries are written from the runs already finished
+    (a long grid's rows as they complete, with the seeds they have so far).
     """
-    from benchmark.runner import run
+    from benchmark.runner import finished_result, run
     from datasets_builders.storage import load_split
 
     key = host_key(results_root)  # before hours of runs: a misplaced key fails now
@@ -245,7 +248,12 @@ def run_suite(
     grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for method, eps, seed in suite.grid(methods):
         spec = suite.spec(method, eps, seed, split_path)
-        result = run(spec, runs_root=runs_root, split=split, isolated=True, plugin=plugin)
+        if finished_only:
+            result = finished_result(spec, runs_root=runs_root, split=split, plugin=plugin)
+            if result is None:
+                continue
+        else:
+            result = run(spec, runs_root=runs_root, split=split, isolated=True, plugin=plugin)
         grouped[entry_key(result.run_key, seed)].append(result.record)
         if on_run:
             on_run(f"{method} ε={eps:g} seed={seed}")

@@ -3,9 +3,11 @@ each refused with a clear error or without effect on what is released and record
 same results as the in-process path for an honest method."""
 
 import json
+from pathlib import Path
 
 import adversaries  # noqa: F401  (registers the adversarial adapters)
 import pytest
+import torch
 from doubles import StubProfile, make_split
 
 from benchmark.isolation.coordinator import MethodError
@@ -126,3 +128,37 @@ def test_a_submitted_adapter_cannot_claim_to_be_a_bound(tmp_path):
 
     with pytest.raises(SpecError, match="reserved to built-in adapters"):
         go(tmp_path, spec("adv_claims_bound"))
+
+
+@pytest.mark.parametrize("method", ["dp_ftrl", "pre_text"])
+def test_built_in_methods_release_the_same_on_both_paths(tmp_path, method):
+    """A tree-aggregation model release and a PE text release, spec-seeded noise, tiny
+    profile: the isolated path changes where code runs, not what it computes."""
+    from model_methods_support import make_split as model_split
+
+    split = model_split()
+    s = spec_from_dict(
+        {
+            "split": {"path": "unused"},
+            "method": {"name": method, "params": {}},
+            "privacy": {"epsilon": 4.0, "delta": 1e-3, "allow_large_delta": True, **SEEDED},
+            "evaluation": {"metrics": []},
+            "seed": 3,
+            "profile": "tiny",
+        }
+    )
+    results = [
+        run(s, runs_root=tmp_path / str(isolated), split=split, isolated=isolated)
+        for isolated in (False, True)
+    ]
+    assert results[0].record["privacy"] == results[1].record["privacy"]
+    if method == "pre_text":
+        assert results[0].artifact.texts == results[1].artifact.texts
+    else:
+        from safetensors.torch import load_file
+
+        weights = [
+            load_file(next(Path(r.artifact.model_dir).glob("*.safetensors"))) for r in results
+        ]
+        assert weights[0].keys() == weights[1].keys()
+        assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])

@@ -45,6 +45,7 @@ def run_with_progress(
     runs: str,
     splits: str,
     plugin: Path | None = None,
+    finished_only: bool = False,
 ) -> list[dict[str, Any]]:
     """Run a suite with a progress bar over its runs; errors become clean CLI messages."""
     from tqdm import tqdm
@@ -69,6 +70,7 @@ def run_with_progress(
                 splits_root=Path(splits),
                 on_run=advance,
                 plugin=plugin,
+                finished_only=finished_only,
             )
         except (SpecError, RegistryError, PrivacyError, ValueError, MethodError) as exc:
             raise click.ClickException(str(exc)) from exc
@@ -118,13 +120,27 @@ def suite_group() -> None:
     help="Comma-separated subset of the suite's methods (default: all), e.g. to run the "
     "cheap rows first; runs already finished under --runs are reused, not repeated.",
 )
+@click.option(
+    "--finished-only",
+    is_flag=True,
+    help="Run nothing: write entries from the runs already finished under --runs (e.g. "
+    "while other processes work through the grid).",
+)
 def suite_run(
-    suite_name: str, results: str, published: str, runs: str, splits: str, methods: str | None
+    suite_name: str,
+    results: str,
+    published: str,
+    runs: str,
+    splits: str,
+    methods: str | None,
+    finished_only: bool,
 ) -> None:
     """Run SUITE_NAME's grid with a progress bar and write one entry per (method, ε)."""
     chosen = [m.strip() for m in methods.split(",") if m.strip()] if methods else None
     began = time.perf_counter()
-    entries = run_with_progress(suite_name, chosen, results, runs, splits)
+    entries = run_with_progress(
+        suite_name, chosen, results, runs, splits, finished_only=finished_only
+    )
     click.echo(
         f"suite {suite_name}: {len(entries)} entries in {results} "
         f"({time.perf_counter() - began:.0f} s)"
