@@ -87,7 +87,5 @@ class NonPrivate(Method):
             fine_tune(model, tokenizer, texts, validation, cfg, seed)
             return model
 
-        model = ctx.pool.centralized(
-            train_on_clients, label=f"{self.name}/centralized-fine-tuning"
-        )
+        model = ctx.pool.centralized(train_on_clients, label=f"{self.name}/centralized-fine-tuning")
         return save_model(model, tokenizer, ctx.work_dir / self.name)

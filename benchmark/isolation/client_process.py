@@ -9,13 +9,14 @@ which the coordinator clips, sums and noises. Nothing else reaches the server: a
 is reported by its type name only (client code writes the message). Its stdout and stderr
 are the operator's terminal (progress, a crash's traceback), which no method process reads.
 
-It starts from a fresh interpreter, receives the shards, then sandboxes itself
-(:mod:`benchmark.isolation.sandbox`: read-only code and models, nothing writable, no
-network, no signals) before it unpickles any function. A function that keeps a client's
-data in a module global can only fold it into later rows, which the coordinator's
-independence check (:mod:`benchmark.federation.recompute`) and per-row clipping bound.
+It starts from a fresh interpreter (:mod:`benchmark.isolation.launch`), which sandboxes
+itself first (:mod:`benchmark.isolation.sandbox`: read-only code and models, only its own
+scratch directory writable, no network, no signals), then receives the shards and serves.
+A function that keeps a client's data in a module global can only fold it into later rows,
+which the coordinator's independence check (:mod:`benchmark.federation.recompute`) and
+per-row clipping bound.
 
-Protocol (:mod:`benchmark.isolation.wire`): an ``init`` message (threads, sandbox policy)
+Protocol (:mod:`benchmark.isolation.wire`): an ``init`` message (threads)
 with the shards as a JSON blob; then requests ``rows`` (job blob; indices, seeds, batched,
 dim) answered by one ``row`` message per client (or one for a batch) and a ``done`` with
 the payload's size; ``all`` (job blob) answered by ``done`` with the cloudpickled result
@@ -42,7 +43,7 @@ import numpy as np
 from benchmark.federation.clients import ClientBatch, ClientData, client_scope, seeded_rngs
 from benchmark.federation.costs import count_payload
 from benchmark.isolation import wire
-from benchmark.isolation.sandbox import Policy, import_top_level_packages, restrict
+from benchmark.isolation.sandbox import Policy, sandbox_environment
 from benchmark.privacy.errors import PrivacyError
 
 
@@ -62,17 +63,17 @@ class ClientProcess:
     ) -> None:
         ours, theirs = wire.stream_pair()
         self._rows_fd = os.memfd_create("fedsynth-rows", os.MFD_CLOEXEC)
+        sandbox = sandbox_environment(policy, tmp_dir) if policy else {}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(theirs.fileno()), str(self._rows_fd)],
+            [sys.executable, "-m", LAUNCH, "client", str(theirs.fileno()), str(self._rows_fd)],
             pass_fds=(theirs.fileno(), self._rows_fd),
             stdin=subprocess.DEVNULL,
-            env=child_env(),
+            env={**child_env(), **sandbox},
         )
         theirs.close()
         self._sock = ours
         self._stream = ours.makefile("rwb")
-        init = {"op": "init", "threads": threads, "tmp_dir": str(tmp_dir)}
-        init["policy"] = policy.to_json() if policy else None
+        init = {"op": "init", "threads": threads}
         wire.send(self._stream, init, json.dumps(clients).encode())
         self.payload_counts = (0, 0)
 
@@ -152,6 +153,8 @@ class ClientProcess:
             self.proc.kill()
             self.proc.wait()
 
+
+LAUNCH = "benchmark.isolation.launch"  # sandboxes a child before it imports numpy
 
 # What an untrusted child inherits of the coordinator's environment: locale, threads, the
 # offline switches and the cache locations; not tokens, keys or anything else set there.
@@ -272,10 +275,6 @@ def main(fd: int, shared_fd: int) -> None:
     header, blobs = wire.recv(stream)
     clients = [ClientData(records, {}) for records in json.loads(blobs[0])]
     del blobs
-    import_top_level_packages()
-    if header["policy"]:
-        os.environ["TMPDIR"] = header["tmp_dir"]
-        restrict(Policy.from_json(header["policy"]))  # before any thread starts
     if header["threads"]:
         import torch
 
@@ -289,7 +288,3 @@ def main(fd: int, shared_fd: int) -> None:
             _serve(clients, request, job, stream, shared_fd)
         except Exception as exc:
             wire.send(stream, {"error": type(exc).__name__})
-
-
-if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]))

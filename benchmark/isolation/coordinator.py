@@ -22,8 +22,8 @@ from typing import Any
 
 from benchmark.federation.pool import ClientPool
 from benchmark.isolation import wire
-from benchmark.isolation.client_process import child_env
-from benchmark.isolation.sandbox import Policy, interpreter_paths
+from benchmark.isolation.client_process import LAUNCH, child_env
+from benchmark.isolation.sandbox import Policy, interpreter_paths, sandbox_environment
 from benchmark.privacy.errors import PrivacyError
 
 
@@ -72,13 +72,20 @@ class MethodProcess:
     """One method process; :meth:`request` sends a command and serves the pool calls the
     method makes until the command's answer arrives."""
 
-    def __init__(self, init: dict[str, Any], blobs: list[bytes], pool: ClientPool | None) -> None:
+    def __init__(
+        self,
+        init: dict[str, Any],
+        blobs: list[bytes],
+        pool: ClientPool | None,
+        policy: Policy,
+        tmp_dir: Path,
+    ) -> None:
         ours, theirs = wire.stream_pair()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "benchmark.isolation.method_process", str(theirs.fileno())],
+            [sys.executable, "-m", LAUNCH, "method", str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
-            env=child_env(),
+            env={**child_env(), **sandbox_environment(policy, tmp_dir)},
         )
         theirs.close()
         self._sock = ours
@@ -162,8 +169,7 @@ def ask(init: dict[str, Any], blobs: list[bytes], code: list[Path]) -> dict[str,
     """One answer from a short-lived sandboxed method process that writes only its own
     temporary directory (loading a method runs its code)."""
     with tempfile.TemporaryDirectory(prefix="fedsynth-method-") as tmp:
-        init = {**init, "tmp_dir": tmp, "policy": policy_for(code, [Path(tmp)]).to_json()}
-        process = MethodProcess(init, blobs, None)
+        process = MethodProcess(init, blobs, None, policy_for(code, [Path(tmp)]), Path(tmp))
         try:
             header, _ = process.answer()
         finally:
@@ -298,12 +304,12 @@ class IsolatedLaunch:
             directory.mkdir(parents=True, exist_ok=True)
         init, blobs = self._init("run")
         init |= {"config": resolved.method_config, "privacy": asdict(self.spec.privacy)}
-        init |= {"seed": self.spec.seed, "work_dir": str(work_dir), "tmp_dir": str(tmp)}
+        init |= {"seed": self.spec.seed, "work_dir": str(work_dir)}
         init |= {"diagnostics_root": str(run_dir), "num_clients": pool.num_clients}
-        init["policy"] = policy_for(self.code, [work_dir, quarantine]).to_json()
+        policy = policy_for(self.code, [work_dir, quarantine])
         public = json.dumps(self.split.records("public")).encode()
         validation = json.dumps(self.split.records("validation")).encode()
-        process = MethodProcess(init, [public, validation, *blobs], pool)
+        process = MethodProcess(init, [public, validation, *blobs], pool, policy, tmp)
         return RemoteMethod(process, work_dir)
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
 """The method process: an adapter's server side, run apart from everything it must not touch.
 
-It starts from a fresh interpreter, sandboxes itself (:mod:`benchmark.isolation.sandbox`)
-before it imports any method code, and only then loads the adapter. It holds the public and
+It starts from a fresh interpreter (:mod:`benchmark.isolation.launch`) that sandboxes itself
+(:mod:`benchmark.isolation.sandbox`) before it imports numpy or any method code, and only
+then loads the adapter. It holds the public and
 validation parts, its own profile and a :class:`PoolProxy`; the train and test records, the
 pool, the ledger, the secret noise seed and the checkpoints are in the coordinator's
 process and directories, which it can neither reach in memory nor read on disk. Patching
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import socket
 import sys
 from dataclasses import asdict
@@ -32,7 +32,6 @@ import numpy as np
 
 from benchmark.federation.pool import Aggregate, ServerAccessError
 from benchmark.isolation import wire
-from benchmark.isolation.sandbox import Policy, import_top_level_packages, restrict
 from benchmark.privacy.errors import PrivacyError
 
 
@@ -240,10 +239,6 @@ def main(fd: int) -> None:
     sock = socket.socket(fileno=fd)
     stream = sock.makefile("rwb")
     init, blobs = wire.recv(stream)
-    import_top_level_packages()
-    if init["policy"]:
-        os.environ["TMPDIR"] = init["tmp_dir"]
-        restrict(Policy.from_json(init["policy"]))
     if init["threads"]:
         import torch
 
@@ -252,7 +247,3 @@ def main(fd: int) -> None:
         _serve(init, blobs, stream)
     except Exception as exc:
         wire.send(stream, {"failed": type(exc).__name__, "message": " ".join(str(exc).split())})
-
-
-if __name__ == "__main__":
-    main(int(sys.argv[1]))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import os
 import platform
 import stat
@@ -241,3 +242,27 @@ def import_top_level_packages() -> None:
 
     for name in ("benchmark", "methods"):
         importlib.import_module(name)
+
+
+SANDBOX_ENV = "FEDSYNTH_SANDBOX"  # the policy a parent hands its child (JSON)
+
+
+def sandbox_environment(policy: Policy, tmp_dir: Path) -> dict[str, str]:
+    """Environment entries that make a child started through
+    :mod:`benchmark.isolation.launch` sandbox itself with ``policy`` and use ``tmp_dir``
+    (which must be in ``policy.read_write``) as its TMPDIR."""
+    return {SANDBOX_ENV: json.dumps({**policy.to_json(), "tmp_dir": str(tmp_dir)})}
+
+
+def enter_sandbox_from_environment() -> bool:
+    """Apply the policy in :data:`SANDBOX_ENV`, if any; True when a sandbox was applied.
+
+    Runs before numpy or torch is imported: OpenBLAS and OpenMP start their thread pools at
+    import, and Landlock (ABI < 8) restricts only the calling thread."""
+    raw = os.environ.pop(SANDBOX_ENV, "")
+    if not raw:
+        return False
+    data = json.loads(raw)
+    os.environ["TMPDIR"] = data["tmp_dir"]
+    import_top_level_packages()
+    return restrict(Policy.from_json(data))
