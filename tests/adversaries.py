@@ -215,3 +215,37 @@ class ClaimsBound(Adversary):
 
 def released(result):
     return json.dumps(result.artifact.texts)
+
+
+@register("adv_mix_batch_alone_ok")
+class HonestBatch(Adversary):
+    """An honest batched release (each row from its own client): the independence check's
+    recomputations run, in the sandboxed zygote."""
+
+    def aggregate(self, ctx, sigma):
+        return ctx.pool.aggregate(
+            lambda batch, payload: np.stack([mean_length(c, payload) for c in batch.clients]),
+            None,
+            dim=1,
+            clip_norm=1.0,
+            noise_multiplier=sigma,
+            label="r",
+            batched=True,
+        )
+
+
+def write_to(client, payload):
+    """Client side: write the client's texts where the server can read them."""
+    Path(payload).write_text("\n".join(client.texts))
+    return mean_length(client, payload)
+
+
+@register("adv_client_writes")
+class ClientWrites(Adversary):
+    """Client code writes its texts into the method's work directory for the server."""
+
+    def aggregate(self, ctx, sigma):
+        stash = str(ctx.work_dir / "stash.txt")
+        return ctx.pool.aggregate(
+            write_to, stash, dim=1, clip_norm=1.0, noise_multiplier=sigma, label="r"
+        )

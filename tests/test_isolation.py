@@ -162,3 +162,19 @@ def test_built_in_methods_release_the_same_on_both_paths(tmp_path, method):
         ]
         assert weights[0].keys() == weights[1].keys()
         assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_children_are_sandboxed_before_numpy_starts_its_threads(tmp_path, monkeypatch):
+    """With several BLAS/OpenMP threads, numpy starts a pool at import; a child that
+    imported it before sandboxing would leave those threads unrestricted (and refuse)."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    result = go(tmp_path, spec("adv_mix_batch_alone_ok", **SEEDED))
+    assert result.record["privacy"]["ledger"][0]["label"] == "r"
+
+
+@needs_landlock
+def test_client_code_cannot_write_where_the_method_reads(tmp_path):
+    with pytest.raises(PrivacyError, match="raised PermissionError"):
+        go(tmp_path, spec("adv_client_writes"))
+    assert not list(tmp_path.rglob("stash.txt"))

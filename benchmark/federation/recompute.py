@@ -227,15 +227,17 @@ class _Zygote:
     the socket.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, launch: ZygoteLaunch | None) -> None:
         self.control, theirs = socket.socketpair()
         paths = [p or os.getcwd() for p in sys.path]  # it imports what the pool imports
+        command, env = launch or ([sys.executable, "-m", __name__], dict(os.environ))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(theirs.fileno())],
+            [*command, str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+            env={**env, "PYTHONPATH": os.pathsep.join(paths)},
         )
+        self.launch = launch
         theirs.close()
         self.owner = os.getpid()  # a process forked from the pool's needs a zygote of its own
         self.preloaded: set[str] = set()
@@ -260,8 +262,20 @@ class _Zygote:
         return mine
 
 
+# How to start the zygote: a command and its environment. The isolated path
+# (benchmark.isolation) sets one that sandboxes it, since its workers run client code.
+ZygoteLaunch = tuple[list[str], dict[str, str]]
 _zygote: _Zygote | None = None
+_zygote_launch: ZygoteLaunch | None = None
 _zygote_lock = threading.Lock()  # one command at a time on its control socket
+
+
+def set_zygote_launch(launch: ZygoteLaunch | None) -> None:
+    """Start later zygotes with ``launch`` (None: a plain interpreter); a running zygote
+    started otherwise is replaced at the next release."""
+    global _zygote_launch
+    with _zygote_lock:
+        _zygote_launch = launch
 
 
 def _fork_worker(preload: list[str]) -> socket.socket:
@@ -269,12 +283,13 @@ def _fork_worker(preload: list[str]) -> socket.socket:
     when it is not running or belongs to another process."""
     global _zygote
     with _zygote_lock:
-        if _zygote is None or _zygote.owner != os.getpid() or _zygote.proc.poll() is not None:
-            _zygote = _Zygote()
+        stale = _zygote is None or _zygote.owner != os.getpid() or _zygote.proc.poll() is not None
+        if stale or _zygote.launch != _zygote_launch:
+            _zygote = _Zygote(_zygote_launch)
         try:
             return _zygote.fork_after(preload)
         except OSError:  # it died since the last release: start a new one, once
-            _zygote = _Zygote()
+            _zygote = _Zygote(_zygote_launch)
             return _zygote.fork_after(preload)
 
 
@@ -462,5 +477,9 @@ def zygote(control: socket.socket) -> None:
             _fork(control, fd)
 
 
+def main(fd: int) -> None:
+    zygote(socket.socket(fileno=fd))
+
+
 if __name__ == "__main__":
-    zygote(socket.socket(fileno=int(sys.argv[1])))
+    main(int(sys.argv[1]))

@@ -281,12 +281,16 @@ class IsolatedLaunch:
         return resolved, role
 
     def client_worker(self, units: dict[str, list[dict[str, Any]]], run_dir: Path) -> Any:
+        from benchmark.federation.recompute import set_zygote_launch
         from benchmark.isolation.client_process import ClientProcess
 
         shards = [units[cid] for cid in sorted(units)]
-        tmp = run_dir / "client_tmp"  # the worker's own scratch; no other domain reads it
+        tmp = run_dir / "client_tmp"  # the client side's scratch; no other domain reads it
         tmp.mkdir(exist_ok=True)
-        self._worker = ClientProcess(shards, policy_for(self.code, [tmp]), self.threads, tmp)
+        policy = policy_for(self.code, [tmp])
+        self._worker = ClientProcess(shards, policy, self.threads, tmp)
+        command = [sys.executable, "-m", LAUNCH, "zygote"]
+        set_zygote_launch((command, {**child_env(), **sandbox_environment(policy, tmp)}))
         return self._worker
 
     def warm(self, public_start: Callable[[], Any]) -> None:
@@ -313,5 +317,8 @@ class IsolatedLaunch:
         return RemoteMethod(process, work_dir)
 
     def close(self) -> None:
+        from benchmark.federation.recompute import set_zygote_launch
+
         if self._worker is not None:
             self._worker.close()
+            set_zygote_launch(None)

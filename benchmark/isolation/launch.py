@@ -3,9 +3,11 @@
 ``python -m benchmark.isolation.launch ROLE FD...`` applies the sandbox its parent put in
 the environment (:func:`~benchmark.isolation.sandbox.enter_sandbox_from_environment`) while
 nothing but the standard library and the harness's package roots is imported, then runs the
-role's ``main``: ``client`` (:mod:`benchmark.isolation.client_process`) or ``method``
-(:mod:`benchmark.isolation.method_process`). The roles' modules import numpy, whose
-OpenBLAS threads would start unrestricted if they were imported first.
+role's ``main``: ``client`` (:mod:`benchmark.isolation.client_process`), ``method``
+(:mod:`benchmark.isolation.method_process`) or ``zygote`` (the independence check's
+recomputations, :mod:`benchmark.federation.recompute`, which run client code too). The
+roles' modules import numpy, whose OpenBLAS threads would start unrestricted if they were
+imported first.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 ROLES = {
     "client": "benchmark.isolation.client_process",
     "method": "benchmark.isolation.method_process",
+    "zygote": "benchmark.federation.recompute",
 }
 
 
