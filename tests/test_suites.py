@@ -25,3 +25,25 @@ def test_the_bench_grid_has_three_seeds_at_eps_1_and_one_at_eps_7():
     assert [(e, s) for m, e, s in grid if m == "popri"] == [(1.0, 0), (1.0, 1), (1.0, 2), (7.0, 0)]
     assert [(e, s) for m, e, s in grid if m == "oracle"] == [(math.inf, s) for s in (0, 1, 2)]
     assert [(e, s) for m, e, s in grid if m == "public_only"] == [(0.0, s) for s in (0, 1, 2)]
+
+
+def test_finished_only_writes_entries_from_finished_runs_and_runs_nothing(tmp_path):
+    """A long grid's rows can be published as they finish: ``finished_only`` builds entries
+    from the runs already under ``runs_root`` and starts none of the others."""
+    import dataclasses
+
+    from leaderboard.suites import run_suite
+
+    suite = dataclasses.replace(SUITES["tiny"], metrics=())
+    roots = {"runs_root": tmp_path / "runs", "splits_root": tmp_path / "splits"}
+    run_suite(suite, methods=["public_only"], results_root=tmp_path / "a", **roots)
+    runs_before = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    entries = run_suite(
+        suite,
+        methods=["public_only", "oracle"],
+        results_root=tmp_path / "b",
+        finished_only=True,
+        **roots,
+    )
+    assert [e["method"]["name"] for e in entries] == ["public_only"]
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == runs_before

@@ -13,6 +13,7 @@ arguments and opaque job blobs; the coordinator unpickles nothing it receives.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -51,7 +52,8 @@ def policy_for(
     code, the model caches (read-only), and its own ``read_write`` directories."""
     from benchmark.profiles.cache import cache_dir
 
-    hub = Path.home() / ".cache" / "huggingface"
+    cache_dir().mkdir(parents=True, exist_ok=True)  # a rule needs the directory to exist
+    hub = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
     extra = tuple(readable or ())
     return Policy(
         read_only=(*interpreter_paths(), *code, cache_dir(), hub, *extra),
@@ -230,6 +232,9 @@ class RemoteMethod:
         self._process.close()
 
 
+_WARM_PROFILES: set[str] = set()  # profiles whose caches this process has built
+
+
 class IsolatedLaunch:
     """Everything the runner needs to run one spec on the isolated path: the method's
     description, the client worker, the method process and their sandboxes."""
@@ -280,8 +285,17 @@ class IsolatedLaunch:
         resolved = ResolvedSpec(self.spec, info["config"], self.split.name, self.split.version)
         return resolved, role
 
+    def _build_profile_caches(self) -> None:
+        if self._by_name and self.spec.profile not in _WARM_PROFILES:
+            from benchmark.profiles import new_profile
+
+            new_profile(self.spec.profile).build_caches()
+            _WARM_PROFILES.add(self.spec.profile)
+
     def client_worker(self, units: dict[str, list[dict[str, Any]]], run_dir: Path) -> Any:
         from benchmark.federation.recompute import set_zygote_launch
+
+        self._build_profile_caches()  # the worker's policy names the caches it may read
         from benchmark.isolation.client_process import ClientProcess
 
         shards = [units[cid] for cid in sorted(units)]
@@ -294,8 +308,11 @@ class IsolatedLaunch:
         return self._worker
 
     def warm(self, public_start: Callable[[], Any]) -> None:
-        """Build the shared public start here (the evaluator needs it anyway) before the
-        method process starts: it can read the cache but never writes what we read."""
+        """Build the caches the method process may read, here, before it starts (it can
+        read them but never writes what we read): the profile's model caches, once per
+        process and profile (on an instance dropped after), and the shared public start
+        (the evaluator needs it anyway)."""
+        self._build_profile_caches()
         if any(m["name"] == "next_token" for m in self.spec.evaluation.metrics):
             public_start()
 

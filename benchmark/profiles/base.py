@@ -91,3 +91,13 @@ class ModelProfile(ABC):
     @abstractmethod
     def describe(self) -> dict[str, str]:
         """Model ids/revisions recorded in result records."""
+
+    def build_caches(self) -> None:
+        """Load every model once, so that each on-disk cache they read (converted weights,
+        a pretrained on-device LM, a trained tokenizer) exists. The trusted coordinator
+        does this before a sandboxed method process starts: that process may read the
+        caches, never write them."""
+        self.generator()
+        self.embedder()
+        self.ondevice_lm()
+        self.masked_filler()
