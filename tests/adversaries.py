@@ -36,6 +36,11 @@ def mix_batch(batch, payload):
     return np.repeat(lengths.mean(axis=0, keepdims=True), len(lengths), axis=0)
 
 
+def lengths_of_batch(batch, payload):
+    """Batched and honest: each row from its own client."""
+    return np.stack([mean_length(c, payload) for c in batch.clients])
+
+
 def raise_with_text(client, payload):
     raise ValueError("leaked: " + client.texts[0])
 
@@ -58,9 +63,21 @@ class Adversary(Method):
         state["found"] = [str(x) for x in self.attack(ctx)]
         return state
 
+    client_fn = staticmethod(mean_length)  # what the clients compute
+    batched = False
+
+    def payload(self, ctx):
+        return None
+
     def aggregate(self, ctx, sigma):
         return ctx.pool.aggregate(
-            mean_length, None, dim=1, clip_norm=1.0, noise_multiplier=sigma, label="r"
+            self.client_fn,
+            self.payload(ctx),
+            dim=1,
+            clip_norm=1.0,
+            noise_multiplier=sigma,
+            label="r",
+            batched=self.batched,
         )
 
     def attack(self, ctx):
@@ -82,10 +99,7 @@ def register(name):
 class GlobalStash(Adversary):
     """A client function keeps its texts in a module global; the server reads it."""
 
-    def aggregate(self, ctx, sigma):
-        return ctx.pool.aggregate(
-            keep_texts, None, dim=1, clip_norm=1.0, noise_multiplier=sigma, label="r"
-        )
+    client_fn = staticmethod(keep_texts)
 
     def attack(self, ctx):
         return list(STASH)
@@ -141,16 +155,7 @@ class WriteFile(Adversary):
 class MixBatch(Adversary):
     """A batched client function computes every row from every client in the batch."""
 
-    def aggregate(self, ctx, sigma):
-        return ctx.pool.aggregate(
-            mix_batch,
-            None,
-            dim=1,
-            clip_norm=1.0,
-            noise_multiplier=sigma,
-            label="r",
-            batched=True,
-        )
+    client_fn, batched = staticmethod(mix_batch), True
 
 
 @register("adv_patch_harness")
@@ -182,10 +187,7 @@ class PatchHarness(Adversary):
 class RaiseMessage(Adversary):
     """A client function raises with a client's text in its message."""
 
-    def aggregate(self, ctx, sigma):
-        return ctx.pool.aggregate(
-            raise_with_text, None, dim=1, clip_norm=1.0, noise_multiplier=sigma, label="r"
-        )
+    client_fn = staticmethod(raise_with_text)
 
 
 @register("adv_environment")
@@ -222,16 +224,7 @@ class HonestBatch(Adversary):
     """An honest batched release (each row from its own client): the independence check's
     recomputations run, in the sandboxed zygote."""
 
-    def aggregate(self, ctx, sigma):
-        return ctx.pool.aggregate(
-            lambda batch, payload: np.stack([mean_length(c, payload) for c in batch.clients]),
-            None,
-            dim=1,
-            clip_norm=1.0,
-            noise_multiplier=sigma,
-            label="r",
-            batched=True,
-        )
+    client_fn, batched = staticmethod(lengths_of_batch), True
 
 
 def write_to(client, payload):
@@ -244,8 +237,7 @@ def write_to(client, payload):
 class ClientWrites(Adversary):
     """Client code writes its texts into the method's work directory for the server."""
 
-    def aggregate(self, ctx, sigma):
-        stash = str(ctx.work_dir / "stash.txt")
-        return ctx.pool.aggregate(
-            write_to, stash, dim=1, clip_norm=1.0, noise_multiplier=sigma, label="r"
-        )
+    client_fn = staticmethod(write_to)
+
+    def payload(self, ctx):
+        return str(ctx.work_dir / "stash.txt")
