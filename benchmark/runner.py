@@ -21,7 +21,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
@@ -166,7 +166,7 @@ def seed_torch(seed: int, round_index: int) -> None:
     torch.manual_seed(seed * 1_000_003 + round_index + 1)
 
 
-def _load_checkpoint(path: Path, *, mmap: bool = False) -> Any:
+def _load_checkpoint(path: Path | BinaryIO, *, mmap: bool = False) -> Any:
     """``torch.load`` of tensors and plain data only (plus :data:`CHECKPOINT_TYPES`): a
     planted pickle fails here instead of running its code. The error gives the reason."""
     try:
@@ -176,7 +176,7 @@ def _load_checkpoint(path: Path, *, mmap: bool = False) -> Any:
         raise UnsafeCheckpointError(_refusal(path, exc)) from exc
 
 
-def _refusal(path: Path, exc: Exception) -> str:
+def _refusal(path: Path | BinaryIO, exc: Exception) -> str:
     """Why a checkpoint was refused, in one line: the globals it would import (the code a
     planted pickle runs), else the kind of failure."""
     try:
@@ -192,16 +192,13 @@ def _refusal(path: Path, exc: Exception) -> str:
 
 def load_state_blob(blob: bytes) -> Any:
     """A method state saved by an isolated method process (its checkpoint keeps the bytes
-    unopened), loaded there as tensors and plain data only."""
+    unopened), loaded there as a checkpoint is: tensors and plain data only."""
     import io
 
     try:
-        with torch.serialization.safe_globals(CHECKPOINT_TYPES):
-            return torch.load(io.BytesIO(blob), weights_only=True)
-    except Exception as exc:
-        raise UnsafeCheckpointError(
-            f"method state: it does not load as tensors and plain data ({type(exc).__name__})"
-        ) from exc
+        return _load_checkpoint(io.BytesIO(blob))
+    except UnsafeCheckpointError as exc:
+        raise UnsafeCheckpointError(f"method state: {exc}") from exc
 
 
 def resume_checkpoint(path: Path, run_key: str) -> dict[str, Any]:
