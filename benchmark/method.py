@@ -40,22 +40,31 @@ class MethodContext:
         return np.random.default_rng([self.seed, 1000 + round_index, stream])
 
     def noise_for(
-        self, *, steps: int, sample_rate: float = 1.0, mechanism: str = "subsampled_gaussian"
+        self,
+        *,
+        steps: int,
+        sample_rate: float = 1.0,
+        mechanism: str = "subsampled_gaussian",
+        epsilon: float | None = None,
+        delta: float | None = None,
     ) -> float:
-        """Smallest noise multiplier whose ``steps`` releases stay within the budget.
+        """Smallest noise multiplier whose ``steps`` releases stay within the budget (or
+        within ``epsilon`` at ``delta``: one phase's share of it).
 
         Returns 0 for the non-private bound (ε = ∞); refuses ε = 0 (no private release).
         """
         from benchmark.privacy.accountants import noise_multiplier_for
 
-        eps = self.privacy.epsilon
+        if math.isinf(self.privacy.epsilon):
+            return 0.0
+        eps = self.privacy.epsilon if epsilon is None else epsilon
         if math.isinf(eps):
             return 0.0
         if eps <= 0:
             raise SpecError("privacy.epsilon: 0 allows no private release; use public_only")
         return noise_multiplier_for(
             eps,
-            self.privacy.delta,
+            self.privacy.delta if delta is None else delta,
             sample_rate=sample_rate,
             steps=steps,
             accountant=self.privacy.accountant,

@@ -35,6 +35,16 @@ def contamination(manifest: dict[str, Any], generator: str) -> dict[str, str]:
     return {"model": verdict.model, "verdict": verdict.status, "reason": verdict.reason}
 
 
+def _group_epsilons(ledger: PrivacyLedger, delta: float, accountant: str) -> dict[str, Any]:
+    """Each client group's ε, for a grouped ledger (``epsilon`` is the worst of them)."""
+    if not any(r.groups for r in ledger.releases):
+        return {}
+    from benchmark.privacy.accountants import group_epsilons
+
+    by_group = group_epsilons(ledger.releases, delta, accountant)
+    return {"group_epsilons": {g: _finite_or_str(e) for g, e in by_group.items()}}
+
+
 def build_record(
     *,
     resolved: ResolvedSpec,
@@ -68,6 +78,7 @@ def build_record(
             "accountant": spec.privacy.accountant,
             "guarantee": spec.privacy.guarantee,
             "noise_seed": spec.privacy.noise_seed,
+            **_group_epsilons(ledger, spec.privacy.delta, spec.privacy.accountant),
             "ledger": ledger.to_json(),
         },
         "metrics": metrics,

@@ -29,6 +29,7 @@ import torch
 from benchmark.artifact import Artifact, ArtifactError
 from benchmark.data import FederatedSplit, group_by_client
 from benchmark.federation.costs import CostCounters
+from benchmark.federation.local_dp_sgd import OnDeviceTrainer
 from benchmark.federation.pool import INDEPENDENCE_CHECKS, ClientPool
 from benchmark.federation.quarantine import Diagnostics
 from benchmark.method import Method, MethodContext
@@ -105,7 +106,9 @@ def resolve(spec: RunSpec, split: FederatedSplit) -> tuple[ResolvedSpec, type[Me
 
 
 def privacy_units(split: FederatedSplit, unit: str) -> dict[str, list[dict[str, Any]]]:
-    """Group the private train records by privacy unit: a client (user) or one sample."""
+    """Group the private train records by privacy unit: a client (user) or one sample
+    (``sample``, ``central``, ``client_sample``: the pool regroups the latter's samples by
+    the client each record names)."""
     records = split.records("train")
     if unit == "user":
         return group_by_client(records)
@@ -318,6 +321,7 @@ def run(
         allow_nonprivate=math.isinf(spec.privacy.epsilon),
         independence_checks=INDEPENDENCE_CHECKS,  # every run, `guarantee: simulated` too
         executor=launch.client_worker(units, run_dir) if isolated else None,
+        local_trainer=OnDeviceTrainer(lambda: profile.ondevice_lm()),
     )
     ctx = MethodContext(
         pool=pool,

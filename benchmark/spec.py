@@ -20,7 +20,9 @@ import yaml
 from benchmark.privacy.accountants import ACCOUNTANTS
 from benchmark.registry import NAME_PATTERN, PATH_PART_PATTERN, valid_name
 
-PRIVACY_UNITS = ("user", "sample", "central")
+# client_sample: sample-level DP per client (paper 001's cross-silo setting): the pool keeps
+# the clients, and each client's releases are DP with respect to its own samples.
+PRIVACY_UNITS = ("user", "sample", "central", "client_sample")
 GUARANTEES = ("formal", "simulated")
 NOISE_SEEDS = ("secret", "spec")
 PROFILES = ("tiny", "cpu", "paper")

@@ -33,7 +33,7 @@ def with_field(path, value):
         (
             "privacy.unit",
             "group",
-            r"privacy.unit: 'group' is not one of \['user', 'sample', 'central'\]",
+            r"privacy.unit: 'group' is not one of \['user', 'sample', 'central', 'client_sample'\]",
         ),
         ("privacy.accountant", "moments", r"privacy.accountant: 'moments' is not one of \['rdp'"),
         ("profile", "gpu", r"profile: 'gpu' is not one of \['tiny', 'cpu', 'paper'\]"),

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from benchmark.data import CLIENT_ID
 from benchmark.federation.clients import ClientBatch, ClientData, client_scope, seeded_rngs
 from benchmark.federation.costs import CostCounters, count_payload
 from benchmark.federation.recompute import BATCH, CLIENT, ENCODE, Recheck, output_rows, snapshot
@@ -145,6 +146,26 @@ def plain_flag(name: str, value: object) -> bool:
     return value
 
 
+CLIENT_SAMPLE = "client_sample"
+
+
+class LocalTrainer(Protocol):
+    """The harness's client-side trainer for :meth:`ClientPool.local_dp_finetune`."""
+
+    def finetune(
+        self, weights: dict[str, Any], records: list[dict[str, Any]], config: Any, seed: int
+    ) -> dict[str, Any]: ...
+
+
+def silos(units: list[list[dict[str, Any]]]) -> list[list[int]]:
+    """The sample units of each client, in client-id order (a client_sample run's units
+    hold one record each, and the record names its client)."""
+    by_client: dict[str, list[int]] = {}
+    for index, records in enumerate(units):
+        by_client.setdefault(str(records[0][CLIENT_ID]), []).append(index)
+    return [by_client[c] for c in sorted(by_client)]
+
+
 class ServerAccessError(PrivacyError, AttributeError):
     """Server code asked the pool for something it never exposes."""
 
@@ -201,6 +222,7 @@ class ClientPool:
         allow_nonprivate: bool = False,
         independence_checks: int = INDEPENDENCE_CHECKS,
         executor: ClientExecutor | None = None,
+        local_trainer: LocalTrainer | None = None,
     ) -> None:
         self._ids = sorted(clients)
         self._records = [list(clients[cid]) for cid in self._ids]
@@ -216,6 +238,11 @@ class ClientPool:
         self._restored = False
         self._trees: dict[str, TreeAggregator] = {}
         self.costs = CostCounters()
+        # client_sample runs: each client's sample units, in client-id order; named groups
+        # of client positions; the harness's local DP-SGD trainer.
+        self._silos = silos(self._records) if unit == CLIENT_SAMPLE else []
+        self._groups: dict[str, list[int]] = {}
+        self._local_trainer = local_trainer
 
     def __getattr__(self, name: str) -> Any:
         raise ServerAccessError(
@@ -225,7 +252,17 @@ class ClientPool:
 
     @property
     def num_clients(self) -> int:
-        return len(self._records)
+        """Privacy units; in a ``client_sample`` run, clients (each holding many units)."""
+        return len(self._silos) if self._unit == CLIENT_SAMPLE else len(self._records)
+
+    def _unit_level(self, what: str) -> None:
+        """Refuse a unit-level mechanism in a client_sample run (it would neither noise per
+        client nor name the client groups the ledger accounts for)."""
+        if self._unit == CLIENT_SAMPLE:
+            raise PrivacyError(
+                f"{what} is not available with privacy.unit client_sample: use "
+                "pool.local_gaussian or pool.local_dp_finetune on named client groups"
+            )
 
     @property
     def ledger(self) -> PrivacyLedger:
@@ -241,10 +278,14 @@ class ClientPool:
         digest = hashlib.blake2b(repr((self._seed, *key)).encode(), digest_size=8).digest()
         return int.from_bytes(digest, "little")
 
-    def _recheck(self, kind: str, job: Job, population: list[int]) -> Recheck:
-        """The independence check of one release over the clients in ``population``."""
+    def _choose(self, population: list[int]) -> frozenset[int]:
+        """The units one release checks: ``independence_checks`` of ``population`` (all of
+        them when fewer), drawn from OS entropy."""
         count = min(self._checks, len(population))
-        chosen = frozenset(secrets.SystemRandom().sample(population, count))
+        return frozenset(secrets.SystemRandom().sample(population, count))
+
+    def _recheck(self, kind: str, job: Job, chosen: frozenset[int]) -> Recheck:
+        """The independence check of one release over the ``chosen`` units."""
         if not chosen:
             return Recheck(kind, b"", chosen)
         return Recheck(kind, job if isinstance(job, bytes) else snapshot(*job), chosen)
@@ -314,15 +355,14 @@ class ClientPool:
         batched: bool,
         expected: float,
         call_key: tuple[int, ...],
-        checked: bool,
-    ) -> np.ndarray:
-        """Sum of the clipped client vectors. The executor yields one client's row at a time
-        unless ``batched`` (one call over all ``indices``), so only one client's vector (e.g.
-        a full model delta) is held at once, besides the (at most ``independence_checks``)
-        rows kept for the check. Calls are seeded from ``call_key``; with ``checked``, the
-        kept rows are recomputed alone before the sum is returned. Costs are counted for the
+        check: Recheck,
+    ) -> tuple[np.ndarray, float]:
+        """Sum of the clipped client vectors, and the seconds the clients took. The executor
+        yields one client's row at a time unless ``batched`` (one call over all
+        ``indices``), so only one client's vector (e.g. a full model delta) is held at once,
+        besides the (at most ``independence_checks``) rows kept for ``check``, which the
+        caller finishes. Calls are seeded from ``call_key``. Costs are counted for the
         ``expected`` (public) number of participants; client seconds exclude the check."""
-        check = self._recheck(BATCH if batched else CLIENT, job, indices if checked else [])
         if batched:
             seeds = [self._call_seed(*call_key, BATCH_STREAM)] * len(indices)
             groups = [indices] if indices else []
@@ -342,9 +382,28 @@ class ClientPool:
         if next(outputs, None) is not None:
             raise PrivacyError("the client side sent more rows than clients")
         seconds = time.perf_counter() - start
-        check.finish(seconds)
         floats_down, texts_down = self._executor.payload_counts
         self.costs.add(expected, floats_down, texts_down, dim, seconds)
+        return total, seconds
+
+    def _checked_sum(
+        self,
+        indices: list[int],
+        job: Job,
+        clip_norm: float,
+        dim: int,
+        batched: bool,
+        expected: float,
+        call_key: tuple[int, ...],
+        checked: bool,
+    ) -> np.ndarray:
+        """:meth:`_clipped_sum` with its own independence check (when ``checked``)."""
+        job_kind = BATCH if batched else CLIENT
+        check = self._recheck(job_kind, job, self._choose(indices if checked else []))
+        total, seconds = self._clipped_sum(
+            indices, job, clip_norm, dim, batched, expected, call_key, check
+        )
+        check.finish(seconds)
         return total
 
     def aggregate(
@@ -369,9 +428,10 @@ class ClientPool:
         noise_multiplier = plain_number("noise_multiplier", noise_multiplier)
         sample_rate = plain_number("sample_rate", sample_rate)
         batched = plain_flag("batched", batched)
+        self._unit_level("pool.aggregate")
         nonprivate = self._check_mechanism(clip_norm, noise_multiplier)
         indices = self._sample(sample_rate)
-        total = self._clipped_sum(
+        total = self._checked_sum(
             indices,
             job_of(client_fn, payload),
             clip_norm,
@@ -443,6 +503,7 @@ class ClientPool:
         batch_size = plain_number("batch_size", batch_size, integer=True)
         steps = plain_number("steps", steps, integer=True)
         lr = plain_number("lr", lr)
+        self._unit_level("pool.dp_sgd")
         if self._check_mechanism(clip_norm, noise_multiplier):
             raise PrivacyError("DP-SGD needs noise_multiplier > 0")
         clients = self._executor.local_clients()
@@ -485,7 +546,8 @@ class ClientPool:
         seed = self._call_seed(self._release_index, ENCODE_STREAM)
 
         def checked(examples: list[dict[str, Any]]) -> Any:
-            check = self._recheck(ENCODE, (encode, None), list(range(self.num_clients)))
+            chosen = self._choose(list(range(len(self._records))))
+            check = self._recheck(ENCODE, (encode, None), chosen)
             start = time.perf_counter()
             with seeded_rngs(seed):
                 tensors = encode(examples)
@@ -518,6 +580,7 @@ class ClientPool:
         cohort_size = plain_number("cohort_size", cohort_size, integer=True)
         if max_leaves is not None:
             max_leaves = plain_number("max_leaves", max_leaves, integer=True)
+        self._unit_level("pool.open_tree")
         if self._check_mechanism(clip_norm, noise_multiplier):
             raise PrivacyError("tree aggregation is a private mechanism; use aggregate() instead")
         if not 1 <= cohort_size <= self.num_clients:
@@ -558,7 +621,7 @@ class ClientPool:
             raise PrivacyError(f"no open tree named {name!r}")
         tree = self._trees[name]
         cohort = tree.next_cohort()
-        leaf = self._clipped_sum(
+        leaf = self._checked_sum(
             cohort,
             job_of(client_fn, payload),
             tree.clip_norm,
@@ -570,12 +633,194 @@ class ClientPool:
         )
         return tree.add_leaf(leaf)
 
+    # -- client_sample runs (paper 001): sample-level DP per client, client groups --------
+
+    def define_group(self, name: str, clients: list[int]) -> None:
+        """Name a group of clients (positions in ``range(num_clients)``) that releases can
+        address. Groups are disjoint and fixed once defined: each is accounted separately
+        (:func:`benchmark.privacy.accountants.group_epsilons`), so a client in two groups
+        would pay twice without the ledger knowing."""
+        if self._unit != CLIENT_SAMPLE:
+            raise PrivacyError("client groups exist only with privacy.unit client_sample")
+        if type(name) is not str or not name or name in self._groups:
+            raise PrivacyError(f"a group needs a new, non-empty name, got {name!r}")
+        members = [plain_number("client", c, integer=True) for c in clients]
+        taken = {c for group in self._groups.values() for c in group}
+        if not members or len(set(members)) != len(members):
+            raise PrivacyError(f"group {name!r} needs distinct clients")
+        if any(not 0 <= c < len(self._silos) or c in taken for c in members):
+            raise PrivacyError(
+                f"group {name!r}: clients must be unused positions < {len(self._silos)}"
+            )
+        self._groups[name] = sorted(members)
+
+    def _members(self, groups: list[str]) -> tuple[tuple[str, ...], list[int]]:
+        names = tuple(groups)
+        if not names or any(type(g) is not str or g not in self._groups for g in names):
+            raise PrivacyError(f"unknown client groups {list(names)}; define them first")
+        if len(set(names)) != len(names):
+            raise PrivacyError(f"client groups named twice: {list(names)}")
+        return names, sorted(c for g in names for c in self._groups[g])
+
+    def local_gaussian(
+        self,
+        client_fn: BatchFn,
+        payload: Any = None,
+        *,
+        dim: int,
+        clip_norm: float,
+        noise_multiplier: float,
+        groups: list[str],
+        label: str,
+    ) -> Aggregate:
+        """Each client of ``groups`` releases its own noisy vector; the server gets their sum.
+
+        ``client_fn`` is batched over one client's samples (a :class:`ClientBatch` of
+        one-record clients) and returns one row per sample. The pool clips every row to
+        ``clip_norm`` (the L2 sensitivity of a client's vector to one of its samples under
+        add/remove), sums a client's rows, adds that client's own Gaussian noise of std
+        ``noise_multiplier * clip_norm``, and returns the sum over clients (paper 001's
+        P̃ = Σ P̃_i and ṽ = Σ ṽ_i). Rows are checked for independence across the release's
+        samples. One ledger entry, for the named groups; ``expected_count`` is the number
+        of clients.
+        """
+        dim = plain_number("dim", dim, integer=True)
+        clip_norm = plain_number("clip_norm", clip_norm)
+        noise_multiplier = plain_number("noise_multiplier", noise_multiplier)
+        names, members = self._members(groups)
+        nonprivate = self._check_mechanism(clip_norm, noise_multiplier)
+        job = job_of(client_fn, payload)
+        population = [u for c in members for u in self._silos[c]]
+        check = self._recheck(BATCH, job, self._choose([] if nonprivate else population))
+        total, seconds = np.zeros(dim), 0.0
+        for c in members:
+            units = self._silos[c]
+            key = (self._release_index, c)
+            rows, took = self._clipped_sum(units, job, clip_norm, dim, True, 1, key, check)
+            total += rows
+            seconds += took
+            if not nonprivate:
+                total += self._rng(1, c).normal(0.0, noise_multiplier * clip_norm, size=dim)
+        check.finish(seconds)
+        self._record_local(
+            NONPRIVATE if nonprivate else SUBSAMPLED_GAUSSIAN,
+            noise_multiplier,
+            clip_norm,
+            1.0,
+            1,
+            label,
+            names,
+            dim,
+        )
+        return Aggregate(total, float(len(members)))
+
+    def local_dp_finetune(
+        self,
+        weights: dict[str, Any],
+        *,
+        prompt_template: str,
+        groups: list[str],
+        noise_multiplier: float,
+        clip_norm: float,
+        sample_rate: float,
+        steps: int,
+        lr: float,
+        max_length: int,
+        label: str,
+    ) -> dict[str, Any]:
+        """One FedAvg round of local DP-SGD (paper 001 Alg. A.3) on the clients of ``groups``.
+
+        Every client fine-tunes the profile's on-device LM, starting from ``weights`` (a
+        state dict), on its own samples for ``steps`` DP-SGD steps: Poisson batches at
+        ``sample_rate``, per-sample clipping to ``clip_norm``, Gaussian noise, SGD at
+        ``lr``, loss −log p(x | c) with c = ``prompt_template`` filled with the sample's
+        label (:mod:`benchmark.federation.local_dp_sgd`). The whole training is harness
+        code run in this (trusted) process: the method supplies tensors and numbers only.
+        Returns the mean of the clients' model deltas (each already DP for its client's
+        samples; the mean is post-processing). Records ``steps`` compositions of the
+        subsampled Gaussian for the groups.
+        """
+        from benchmark.federation.local_dp_sgd import LocalDPSGD
+
+        names, members = self._members(groups)
+        config = LocalDPSGD(
+            prompt_template=prompt_template if type(prompt_template) is str else "",
+            noise_multiplier=plain_number("noise_multiplier", noise_multiplier),
+            clip_norm=plain_number("clip_norm", clip_norm),
+            sample_rate=plain_number("sample_rate", sample_rate),
+            steps=plain_number("steps", steps, integer=True),
+            lr=plain_number("lr", lr),
+            max_length=plain_number("max_length", max_length, integer=True),
+        )
+        nonprivate = self._check_mechanism(config.clip_norm, config.noise_multiplier)
+        if not 0 < config.sample_rate <= 1 or config.steps < 1:
+            raise PrivacyError("local DP-SGD needs sample_rate in (0, 1] and steps >= 1")
+        if self._local_trainer is None:
+            raise PrivacyError("this pool has no local trainer (the runner gives it one)")
+        start = time.perf_counter()
+        deltas = [
+            self._local_trainer.finetune(
+                weights,
+                [self._records[u][0] for u in self._silos[c]],
+                config,
+                seed=int(self._rng(4, c).integers(2**63)),
+            )
+            for c in members
+        ]
+        mean = {name: sum(d[name] for d in deltas) / len(deltas) for name in deltas[0]}
+        self.costs.add(
+            len(members),
+            sum(t.numel() for t in weights.values()),
+            0,
+            sum(t.numel() for t in mean.values()),
+            time.perf_counter() - start,
+        )
+        self._record_local(
+            NONPRIVATE if nonprivate else SUBSAMPLED_GAUSSIAN,
+            config.noise_multiplier,
+            config.clip_norm,
+            config.sample_rate,
+            config.steps,
+            label,
+            names,
+            0,
+        )
+        return mean
+
+    def _record_local(
+        self,
+        mechanism: str,
+        noise_multiplier: float,
+        clip_norm: float,
+        sample_rate: float,
+        count: int,
+        label: str,
+        groups: tuple[str, ...],
+        dim: int,
+    ) -> None:
+        self._ledger.record(
+            Release(
+                mechanism=mechanism,
+                noise_multiplier=noise_multiplier,
+                sensitivity=clip_norm if mechanism != NONPRIVATE else math.inf,
+                sample_rate=sample_rate,
+                count=count,
+                label=label,
+                sampling="full" if sample_rate == 1 else "poisson",
+                unit=self._unit,
+                dim=dim,
+                groups=groups,
+            )
+        )
+        self._release_index += 1
+
     def state_dict(self) -> dict[str, Any]:
         """Harness-private state for resuming (kept in the run directory, never published)."""
         return {
             "release_index": self._release_index,
             "memos": self._executor.memos(),
             "trees": {k: t.state_dict() for k, t in self._trees.items()},
+            "groups": self._groups,
             "costs": self.costs,
         }
 
@@ -594,4 +839,5 @@ class ClientPool:
         self._release_index = plain_number("release_index", state["release_index"], integer=True)
         self._executor.load_memos(state["memos"])
         self._trees = {k: TreeAggregator.from_state(v) for k, v in state["trees"].items()}
+        self._groups = {k: [int(c) for c in v] for k, v in state.get("groups", {}).items()}
         self.costs = state["costs"]

@@ -117,6 +117,8 @@ class MethodProcess:
         return self.answer()
 
     def _serve(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], bytes]:
+        from benchmark.runner import load_state_blob
+
         pool, op, args = self._pool, header.get("op"), header.get("args")
         if pool is None or not isinstance(args, dict):
             raise PrivacyError(f"the method process sent a malformed request ({op!r})")
@@ -133,6 +135,15 @@ class MethodProcess:
                 return {"leaves": pool.open_tree(args.pop("name"), **args)}, b""
             if op == "centralized":
                 return {}, pool.centralized(job, label=args["label"])
+            if op == "define_group":
+                pool.define_group(args["name"], args["clients"])
+                return {}, b""
+            if op == "local_gaussian":
+                aggregate = pool.local_gaussian(job, None, **args)
+                noisy = wire.array_bytes(aggregate.noisy_sum)
+                return {"expected_count": aggregate.expected_count}, noisy
+            if op == "local_dp_finetune":
+                return {}, tensors_blob(pool.local_dp_finetune(load_state_blob(job), **args))
         except (TypeError, KeyError) as exc:
             raise PrivacyError(f"pool.{op}: malformed arguments ({exc})") from exc
         raise PrivacyError(f"the pool has no operation {op!r}")
@@ -145,6 +156,17 @@ class MethodProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def tensors_blob(tensors: dict[str, Any]) -> bytes:
+    """Tensors the harness computed (a mean model delta), saved for the method process."""
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(tensors, buffer)
+    return buffer.getvalue()
 
 
 def method_source(name: str, plugin: Path | None = None) -> dict[str, Any]:

@@ -112,6 +112,33 @@ class PoolProxy:
         blob = self._call("centralized", {"label": label}, cloudpickle.dumps(train_fn))[1][0]
         return cloudpickle.loads(blob)
 
+    def define_group(self, name: str, clients: list[int]) -> None:
+        self._call("define_group", {"name": name, "clients": list(clients)})
+
+    def local_gaussian(
+        self,
+        client_fn: Any,
+        payload: Any = None,
+        *,
+        dim: int,
+        clip_norm: float,
+        noise_multiplier: float,
+        groups: list[str],
+        label: str,
+    ) -> Aggregate:
+        args = {"dim": dim, "clip_norm": clip_norm, "noise_multiplier": noise_multiplier}
+        args |= {"groups": list(groups), "label": label}
+        header, blobs = self._call("local_gaussian", args, _job(client_fn, payload))
+        return Aggregate(wire.array_from(blobs[0]), float(header["expected_count"]))
+
+    def local_dp_finetune(self, weights: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """The weights travel as a torch-saved blob the coordinator loads as tensors only;
+        the mean delta comes back the same way."""
+        from benchmark.runner import load_state_blob
+
+        blob = _state_blob(weights, "local_dp_finetune")
+        return load_state_blob(self._call("local_dp_finetune", kwargs, blob)[1][0])
+
     def dp_sgd(self, *args: Any, **kwargs: Any) -> Any:
         raise PrivacyError(
             "pool.dp_sgd is not available in an isolated run: its per-example clipping and "

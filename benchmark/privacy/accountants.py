@@ -145,10 +145,18 @@ def epsilon_from_ledger(
 ) -> float:
     """ε at ``delta`` of all ledger releases composed; ∞ if any is non-private, 0 if none.
 
-    Tree aggregation is supported by ``rdp`` only; ``prv``/``pld`` raise ValueError.
+    A grouped ledger (``client_sample`` runs) reports its worst group's ε
+    (:func:`group_epsilons`). Tree aggregation is supported by ``rdp`` only;
+    ``prv``/``pld`` raise ValueError.
     """
     _check_choice("accountant", accountant, ACCOUNTANTS)
     _check_delta(delta)
+    if any(r.groups for r in releases):
+        return max(group_epsilons(releases, delta, accountant).values())
+    return _composed_epsilon(releases, delta, accountant)
+
+
+def _composed_epsilon(releases: Sequence[Release], delta: float, accountant: str) -> float:
     if any(r.mechanism == NONPRIVATE for r in releases):
         return math.inf
     if not releases:
@@ -160,6 +168,46 @@ def epsilon_from_ledger(
             "use accountant='rdp'"
         )
     return _COMPOSERS[accountant](compositions, delta)
+
+
+def group_epsilons(
+    releases: Sequence[Release], delta: float, accountant: str = "rdp"
+) -> dict[str, float]:
+    """ε of each client group of a grouped ledger (paper 001's accounting, §1.4).
+
+    Each group's releases are split into phases by ``label``. A phase is accounted at
+    δ / (the group's number of phases), and the group's ε is the sum of its phases' ε:
+    basic composition, with δ split evenly, so a spec δ of 1/(N log N) gives paper 001's
+    δ = 1/(2N log N) per phase for a client in two phases. Within a phase the releases
+    are composed by ``accountant``, except that a phase made only of full-participation
+    Gaussian releases is accounted exactly as one Gaussian release (Balle & Wang 2018;
+    T releases of noise σ are one of noise σ/√T), which is how paper 001 calibrates its
+    profiles and votes. Every release must name its groups.
+    """
+    _check_choice("accountant", accountant, ACCOUNTANTS)
+    _check_delta(delta)
+    if not all(r.groups for r in releases):
+        raise ValueError("a grouped ledger needs every release to name its client groups")
+    phases: dict[str, dict[str, list[Release]]] = {}
+    for release in releases:
+        for group in release.groups:
+            phases.setdefault(group, {}).setdefault(release.label, []).append(release)
+    return {
+        group: sum(
+            _phase_epsilon(phase, delta / len(by_label), accountant) for phase in by_label.values()
+        )
+        for group, by_label in sorted(phases.items())
+    }
+
+
+def _phase_epsilon(releases: list[Release], delta: float, accountant: str) -> float:
+    exact = all(r.mechanism == SUBSAMPLED_GAUSSIAN and r.sample_rate == 1.0 for r in releases)
+    if not exact:
+        return _composed_epsilon(releases, delta, accountant)
+    # Gaussians of noise σ_i (in units of the sensitivity) compose to one of noise
+    # (Σ count_i / σ_i²)^(-1/2).
+    precision = sum(r.count / r.noise_multiplier**2 for r in releases)
+    return analytic_gaussian_epsilon(precision**-0.5, delta)
 
 
 def _release(noise_multiplier: float, sample_rate: float, steps: int, mechanism: str) -> Release:

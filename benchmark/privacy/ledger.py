@@ -28,6 +28,12 @@ class Release:
     ``noise_multiplier`` is the Gaussian noise std divided by ``sensitivity`` (the L2
     clip bound of one privacy unit's contribution). ``sample_rate`` is the Poisson
     sampling rate of privacy units (1.0 with full participation).
+
+    ``groups`` names the client groups whose samples the release touches, in a
+    ``client_sample`` run (paper 001: strong and weak clients pay for different phases);
+    empty otherwise. A grouped ledger is accounted per group, by basic composition over
+    its phases (entries sharing a ``label``); see
+    :func:`benchmark.privacy.accountants.group_epsilons`.
     """
 
     mechanism: str
@@ -39,6 +45,7 @@ class Release:
     sampling: str = "full"
     unit: str = "user"
     dim: int = 0
+    groups: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.mechanism not in MECHANISMS:
@@ -69,11 +76,21 @@ class PrivacyLedger:
         return all(r.mechanism != NONPRIVATE for r in self.releases)
 
     def to_json(self) -> list[dict[str, Any]]:
-        return [asdict(r) for r in self.releases]
+        """Entries as JSON objects; ``groups`` only where set, so the records of ungrouped
+        runs are what they were before groups existed."""
+        entries = []
+        for release in self.releases:
+            entry = asdict(release)
+            if release.groups:
+                entry["groups"] = list(release.groups)
+            else:
+                del entry["groups"]
+            entries.append(entry)
+        return entries
 
     @classmethod
     def from_json(cls, entries: list[dict[str, Any]]) -> PrivacyLedger:
-        return cls([Release(**e) for e in entries])
+        return cls([Release(**{**e, "groups": tuple(e.get("groups", ()))}) for e in entries])
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_json(), indent=1))

@@ -1,0 +1,152 @@
+"""Local DP-SGD on one client's samples: the harness's side of paper 001's Algorithm A.3.
+
+In a ``client_sample`` run each strong client fine-tunes the generator on its own samples
+with DP-SGD, and its model delta is then (ε, δ)-DP with respect to those samples. The
+whole loop lives here, in harness code run by the pool's (trusted) process: the method
+hands over a state dict and numbers, never code, so nothing it wrote can sit beside the
+clipping and the noise. The model is the profile's on-device LM (a GPT-2 architecture in
+every profile), conditioned on a control-code prompt.
+
+Per-sample gradients are computed one sample at a time (a backward pass per sample of the
+Poisson batch): slower than vectorised per-sample gradients, but exact for any
+architecture, with nothing to trust in how a batch is split.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmark.data import LABEL, TEXT
+from benchmark.privacy.errors import PrivacyError
+
+LABEL_SLOT = "{label}"
+IGNORE = -100  # label id the LM loss skips (the prompt's tokens)
+
+
+@dataclass(frozen=True)
+class LocalDPSGD:
+    """One client's local training: ``steps`` DP-SGD steps at Poisson rate ``sample_rate``.
+
+    The update is θ ← θ − lr · (Σ clip(g_i) + N(0, σ²C²)) / (sample_rate · n), the mean
+    over the expected batch size, as in Alg. A.3 and opacus. ``noise_multiplier`` 0 (the
+    non-private bound) trains without clipping or noise.
+    """
+
+    prompt_template: str
+    noise_multiplier: float
+    clip_norm: float
+    sample_rate: float
+    steps: int
+    lr: float
+    max_length: int
+
+
+def control_prompt(template: str, label: Any) -> str:
+    """The control-code prompt of a sample: ``template`` with ``{label}`` replaced (plain
+    replacement, not ``str.format``, which would evaluate attribute lookups)."""
+    return template.replace(LABEL_SLOT, str(label))
+
+
+def conditional_example(
+    tokenizer: Any, prompt: str, text: str, max_length: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids of ``prompt + text + EOS`` and labels that score only the text: the loss is
+    −log p(x | c), the prompt is the condition."""
+    prompt_ids = tokenizer(prompt)["input_ids"]
+    text_ids = tokenizer(text)["input_ids"] + [tokenizer.eos_token_id]
+    ids = (prompt_ids + text_ids)[:max_length]
+    labels = ([IGNORE] * len(prompt_ids) + text_ids)[:max_length]
+    return torch.tensor(ids), torch.tensor(labels)
+
+
+def plain_weights(weights: Any) -> dict[str, torch.Tensor]:
+    """``weights`` as a dict of plain tensors: a tensor subclass could run its own code in
+    the pool's process through ``__torch_function__``."""
+    if type(weights) is not dict:
+        raise PrivacyError("local DP-SGD needs the weights as a dict of tensors")
+    for name, tensor in weights.items():
+        if type(name) is not str or type(tensor) is not torch.Tensor:
+            raise PrivacyError("local DP-SGD weights must map names to plain torch tensors")
+    return weights
+
+
+class OnDeviceTrainer:
+    """Runs :class:`LocalDPSGD` on the profile's on-device LM (built lazily: most runs
+    never fine-tune locally)."""
+
+    def __init__(self, ondevice_lm: Callable[[], Any]) -> None:
+        self._ondevice_lm = ondevice_lm
+
+    def finetune(
+        self,
+        weights: dict[str, Any],
+        records: list[dict[str, Any]],
+        config: LocalDPSGD,
+        seed: int,
+    ) -> dict[str, torch.Tensor]:
+        """The model delta of one client's local training from ``weights``."""
+        lm = self._ondevice_lm()
+        model = lm.new_model(0)
+        model.load_state_dict(plain_weights(weights), strict=True)
+        examples = [
+            conditional_example(
+                lm.tokenizer,
+                control_prompt(config.prompt_template, r.get(LABEL, "")),
+                r[TEXT],
+                config.max_length,
+            )
+            for r in records
+        ]
+        params = dict(model.named_parameters())
+        start = {name: p.detach().clone() for name, p in params.items()}
+        with torch.random.fork_rng():
+            torch.manual_seed(seed % 2**63)
+            train_locally(model, examples, config, np.random.default_rng(seed))
+        return {name: p.detach() - start[name] for name, p in params.items()}
+
+
+def train_locally(
+    model: torch.nn.Module,
+    examples: list[tuple[torch.Tensor, torch.Tensor]],
+    config: LocalDPSGD,
+    rng: np.random.Generator,
+) -> None:
+    """``config.steps`` DP-SGD steps of ``model`` on ``examples`` (in place)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    private = config.noise_multiplier > 0
+    expected = max(config.sample_rate * len(examples), 1e-12)
+    noise = torch.Generator().manual_seed(int(rng.integers(2**62)))
+    model.train()
+    for _ in range(config.steps):
+        chosen = np.flatnonzero(rng.random(len(examples)) < config.sample_rate)
+        total = [torch.zeros_like(p) for p in params]
+        for i in chosen:
+            ids, labels = examples[i]
+            model.zero_grad(set_to_none=True)
+            model(input_ids=ids[None], labels=labels[None]).loss.backward()
+            grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+            scale = per_sample_scale(grads, config.clip_norm) if private else 1.0
+            for acc, grad in zip(total, grads, strict=True):
+                acc.add_(grad, alpha=scale)
+        with torch.no_grad():
+            for p, acc in zip(params, total, strict=True):
+                if private:
+                    std = config.noise_multiplier * config.clip_norm
+                    acc.add_(torch.normal(0.0, std, acc.shape, generator=noise))
+                p.sub_(acc, alpha=config.lr / expected)
+    model.zero_grad(set_to_none=True)
+    model.eval()
+
+
+def per_sample_scale(grads: list[torch.Tensor], clip_norm: float) -> float:
+    """The factor that clips one sample's gradient to L2 norm ``clip_norm``."""
+    norm = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads))
+    if not math.isfinite(norm):
+        raise PrivacyError("a per-sample gradient is not finite")
+    return min(1.0, clip_norm / max(norm, 1e-12))
