@@ -11,6 +11,7 @@ _BUILTIN_METHODS = {
     "pre_text": "methods.pre_text:PreText",
     "pe_sft": "methods.pe_sft:PESFT",
     "popri": "methods.popri:POPri",
+    "fed_ctg": "methods.fed_ctg:FedCTG",
 }
 
 for _name, _target in _BUILTIN_METHODS.items():
