@@ -29,7 +29,7 @@ import torch
 from benchmark.artifact import Artifact, ArtifactError
 from benchmark.data import FederatedSplit, group_by_client
 from benchmark.federation.costs import CostCounters
-from benchmark.federation.local_dp_sgd import OnDeviceTrainer
+from benchmark.federation.local_dp_sgd import LocalLMTrainer
 from benchmark.federation.pool import INDEPENDENCE_CHECKS, ClientPool
 from benchmark.federation.quarantine import Diagnostics
 from benchmark.method import Method, MethodContext
@@ -321,7 +321,7 @@ def run(
         allow_nonprivate=math.isinf(spec.privacy.epsilon),
         independence_checks=INDEPENDENCE_CHECKS,  # every run, `guarantee: simulated` too
         executor=launch.client_worker(units, run_dir) if isolated else None,
-        local_trainer=OnDeviceTrainer(lambda: profile.ondevice_lm()),
+        local_trainer=LocalLMTrainer(lambda: profile.conditional_lm()),
     )
     ctx = MethodContext(
         pool=pool,

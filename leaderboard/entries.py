@@ -74,6 +74,16 @@ def _epsilon_value(value: float | str) -> float:
     return float("inf") if value == "inf" else float(value)
 
 
+def _group_epsilons(run_records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each client group's ε, the worst over the seeds (grouped ledgers only: paper 001's
+    strong and weak clients pay for different phases; ``epsilon`` is the worst group's)."""
+    by_run = [r["privacy"].get("group_epsilons") for r in run_records]
+    if not all(by_run):
+        return {}
+    worst = {group: max(_epsilon_value(groups[group]) for groups in by_run) for group in by_run[0]}
+    return {"group_epsilons": {g: "inf" if e == float("inf") else e for g, e in worst.items()}}
+
+
 def build_entry(run_records: Sequence[dict[str, Any]], lb_version: str) -> dict[str, Any]:
     """Aggregate the run records of one configuration (one per seed) into an entry."""
     if not run_records:
@@ -108,6 +118,7 @@ def build_entry(run_records: Sequence[dict[str, Any]], lb_version: str) -> dict[
             "noise_seed": first["privacy"]["noise_seed"],
             "epsilon": "inf" if eps == float("inf") else eps,
             "ledgers": [r["privacy"]["ledger"] for r in run_records],
+            **_group_epsilons(run_records),
         },
         "metrics": {k: v for k, v in summaries.items() if not k.startswith(AUDIT_PREFIXES)},
         "audit": {k: v for k, v in summaries.items() if k.startswith(AUDIT_PREFIXES)},

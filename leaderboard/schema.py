@@ -92,6 +92,7 @@ ENTRY_SCHEMA: dict[str, Any] = {
                 "guarantee": {"enum": list(GUARANTEES)},
                 "noise_seed": {"enum": list(NOISE_SEEDS)},
                 "ledgers": {"type": "array", "items": {"type": "array"}, "minItems": 1},
+                "group_epsilons": {"type": "object", "additionalProperties": _NUMBER_OR_INF},
             },
         },
         "metrics": {"type": "object", "additionalProperties": _SUMMARY},

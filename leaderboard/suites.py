@@ -55,6 +55,9 @@ class Suite:
     downstream: dict[str, Any] = field(default_factory=dict)
     # Fewer seeds at some budgets (paper 000's ε grid: 3 seeds at ε = 1, 1 at ε = 7).
     seeds_by_epsilon: dict[float, tuple[int, ...]] = field(default_factory=dict)
+    # Privacy fields set per method beyond ε and δ: a method whose paper defines another
+    # privacy unit (fed_ctg: client_sample) runs under it, and its entry says so.
+    method_privacy: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def budgets(self, method: str) -> tuple[float, ...]:
         return (FIXED_EPSILONS[method],) if method in FIXED_EPSILONS else self.epsilons
@@ -76,7 +79,11 @@ class Suite:
             {
                 "split": {"path": str(split_path)},
                 "method": {"name": method, "params": self.method_params.get(method, {})},
-                "privacy": {"epsilon": epsilon, "delta": self.delta},
+                "privacy": {
+                    "epsilon": epsilon,
+                    "delta": self.delta,
+                    **self.method_privacy.get(method, {}),
+                },
                 "evaluation": {"metrics": list(self.metrics), "downstream": self.downstream},
                 "seed": seed,
                 "profile": self.profile,
@@ -181,6 +188,8 @@ SUITES = {
         seeds=(0,),
         metrics=QUICK_METRICS,
         downstream={"model_samples": 16},
+        methods=(*PUBLISHED_METHODS, "fed_ctg"),
+        method_privacy={"fed_ctg": {"unit": "client_sample"}},
     ),
 }
 

@@ -4,10 +4,12 @@ the best *ranked* method per column in bold (bounds and controls are shown, neve
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from benchmark.evaluation.stats import gap_closed
+from benchmark.spec import PRIVACY_UNITS
 from leaderboard.store import Row
 
 # Metrics where smaller is better; everything else is larger-is-better.
@@ -125,8 +127,29 @@ def anchors_by_store(rows: Sequence[Row], metric: str) -> dict[str, tuple[float,
     }
 
 
+def privacy_unit(row: Row) -> str:
+    return str(row.entry.get("privacy", {}).get("unit", "user"))
+
+
+def apart_by_unit(rows: Sequence[Row]) -> tuple[list[Row], set[str]]:
+    """Rows whose privacy unit is not the table's (the unit of most rows) are shown under
+    ``name [unit]`` and never ranked: paper 001's sample-level DP per client protects less
+    than user-level DP, so its numbers are not comparable with theirs (a tie goes to the unit
+    :data:`~benchmark.spec.PRIVACY_UNITS` lists first, user-level). Returns the rows and
+    the names of those shown apart."""
+    units = Counter(privacy_unit(r) for r in rows)
+    order = {u: i for i, u in enumerate(PRIVACY_UNITS)}  # ties: the unit listed first
+    table_unit = min(units, key=lambda u: (-units[u], order.get(u, len(order)))) if units else ""
+    shown = [
+        r if privacy_unit(r) == table_unit else replace(r, method=f"{r.method} [{privacy_unit(r)}]")
+        for r in rows
+    ]
+    return shown, {r.method for r in shown if privacy_unit(r) != table_unit}
+
+
 def build_table(rows: Sequence[Row], split: str, metric: str = DEFAULT_METRIC) -> Table:
     rows = [r for r in rows if r.split == split and metric in r.entry["metrics"]]
+    rows, unranked = apart_by_unit(rows)
     cells = {(r.method, r.epsilon_budget): cell_of(r.entry["metrics"][metric]) for r in rows}
     roles = {r.method: role_of(r) for r in rows}
     epsilons = sorted({e for _, e in cells})
@@ -143,7 +166,7 @@ def build_table(rows: Sequence[Row], split: str, metric: str = DEFAULT_METRIC) -
         contenders = [
             (sign * cells[m, eps].mean, m)
             for m in methods
-            if (m, eps) in cells and roles[m] == "method"
+            if (m, eps) in cells and roles[m] == "method" and m not in unranked
         ]
         if contenders:
             best[eps] = max(contenders)[1]

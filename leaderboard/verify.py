@@ -12,7 +12,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from benchmark.privacy.accountants import epsilon_from_ledger
+from benchmark.privacy.accountants import epsilon_from_ledger, group_epsilons
 from benchmark.privacy.ledger import PrivacyLedger
 from leaderboard.entries import version_of
 from leaderboard.schema import EntryError
@@ -24,6 +24,23 @@ EPSILON_TOLERANCE = 1e-6
 
 def _eps(value: float | str) -> float:
     return math.inf if value == "inf" else float(value)
+
+
+def _check_group_epsilons(privacy: dict[str, Any]) -> None:
+    """Each claimed group ε is the worst over the entry's ledgers of that group's ε."""
+    per_ledger = [
+        group_epsilons(
+            PrivacyLedger.from_json(ledger).releases, privacy["delta"], privacy["accountant"]
+        )
+        for ledger in privacy["ledgers"]
+    ]
+    claimed = {g: _eps(e) for g, e in privacy["group_epsilons"].items()}
+    if any(set(groups) != set(claimed) for groups in per_ledger):
+        raise EntryError(f"group_epsilons names {sorted(claimed)}, not the ledgers' groups")
+    for group, eps in claimed.items():
+        recomputed = max(groups[group] for groups in per_ledger)
+        if abs(recomputed - eps) > EPSILON_TOLERANCE * max(1, eps) and recomputed != eps:
+            raise EntryError(f"group {group!r}: epsilon {eps} is not the ledgers' {recomputed:.6f}")
 
 
 def check_entry(entry: dict[str, Any], split_hashes: dict[str, str] | None = None) -> None:
@@ -44,6 +61,8 @@ def check_entry(entry: dict[str, Any], split_hashes: dict[str, str] | None = Non
         )
     if recomputed > budget + EPSILON_TOLERANCE:
         raise EntryError(f"epsilon {recomputed:.6f} exceeds the entry's budget {budget}")
+    if "group_epsilons" in privacy:
+        _check_group_epsilons(privacy)
     split = entry["split"]
     if split_hashes is not None:
         expected = split_hashes.get(split["version"])

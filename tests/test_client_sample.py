@@ -187,9 +187,9 @@ def test_local_gaussian_noises_each_client_and_records_its_groups():
 
 
 def test_local_dp_finetune_runs_harness_dp_sgd_and_records_the_strong_group():
-    """The harness trains the profile's on-device LM on each strong client's samples (the
+    """The harness trains the profile's conditional LM on each strong client's samples (the
     method hands over a state dict only) and returns the mean delta."""
-    from benchmark.federation.local_dp_sgd import OnDeviceTrainer
+    from benchmark.federation.local_dp_sgd import LocalLMTrainer
     from benchmark.profiles import new_profile
 
     profile = new_profile("tiny")
@@ -204,10 +204,10 @@ def test_local_dp_finetune_runs_harness_dp_sgd_and_records_the_strong_group():
         seed=3,
         unit="client_sample",
         independence_checks=0,
-        local_trainer=OnDeviceTrainer(profile.ondevice_lm),
+        local_trainer=LocalLMTrainer(profile.conditional_lm),
     )
     pool.define_group("strong", [0, 1])
-    weights = profile.ondevice_lm().new_model(0).state_dict()
+    weights = profile.conditional_lm().new_model(0).state_dict()
     delta = pool.local_dp_finetune(
         dict(weights),
         prompt_template="Book: {label}\n",
@@ -223,6 +223,19 @@ def test_local_dp_finetune_runs_harness_dp_sgd_and_records_the_strong_group():
     assert set(delta) <= set(weights) and any(float(d.abs().sum()) > 0 for d in delta.values())
     (release,) = pool.ledger.releases
     assert (release.groups, release.count, release.label) == (("strong",), 2, "train")
+    with pytest.raises(PrivacyError, match="prompt template"):
+        pool.local_dp_finetune(
+            dict(weights),
+            prompt_template=["not", "a", "string"],
+            groups=["strong"],
+            noise_multiplier=1.0,
+            clip_norm=1.0,
+            sample_rate=1.0,
+            steps=1,
+            lr=0.1,
+            max_length=16,
+            label="train",
+        )
     with pytest.raises(PrivacyError):
         pool.local_dp_finetune(
             {"x": np.zeros(3)},

@@ -203,6 +203,14 @@ def test_gap_closed_uses_each_stores_own_bounds_else_the_published_ones():
     assert "gap 0%" in text and "-0%" not in text
 
 
+def test_a_row_under_another_privacy_unit_is_shown_apart_and_never_ranked():
+    sample_level = summary_row("fed_ctg", 1.0, [0.90], "method")
+    sample_level.entry["privacy"] = {"unit": "client_sample"}
+    table = build_table([summary_row("popri", 1.0, [0.15], "method"), sample_level], "toy", METRIC)
+    assert table.methods == ["fed_ctg [client_sample]", "popri"]
+    assert table.best == {1.0: "popri"}  # 0.90 under a weaker unit does not win
+
+
 def test_whole_number_quantities_print_without_decimals_and_labels_carry_directions():
     epochs = build_table([summary_row("popri", 1.0, [3.0, 3.0, 3.0], "method", "e")], "toy", "e")
     assert format_cell(epochs.cells["popri", 1.0]) == "3 ± 0"

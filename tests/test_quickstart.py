@@ -55,7 +55,11 @@ def test_quickstart_prints_the_table_writes_the_site_and_ranks_a_submission(tmp_
     assert submitted.exit_code == 0, submitted.output
     shown = CliRunner().invoke(cli, ["leaderboard", "show", *store[:2], "--json"])
     [table] = json.loads(shown.output)
-    assert {r["method"] for r in table["rows"]} == {*PUBLISHED_METHODS, "example_public_selection"}
+    assert {r["method"] for r in table["rows"]} == {
+        *PUBLISHED_METHODS,
+        "fed_ctg [client_sample]",  # paper 001's sample-level unit: shown apart, not ranked
+        "example_public_selection",
+    }
     roles = {r["method"]: r["role"] for r in table["rows"]}
     assert roles["oracle"] == "control" and roles["public_only"] == "bound"
     mine = CliRunner().invoke(
@@ -64,4 +68,4 @@ def test_quickstart_prints_the_table_writes_the_site_and_ranks_a_submission(tmp_
     [both] = json.loads(mine.output)
     assert "example_public_selection (yours)" in {r["method"] for r in both["rows"]}
     verified = CliRunner().invoke(cli, ["leaderboard", "verify", *store[:2]])
-    assert verified.exit_code == 0 and "all 9 entries verified" in verified.output
+    assert verified.exit_code == 0 and "all 10 entries verified" in verified.output

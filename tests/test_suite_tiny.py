@@ -9,6 +9,7 @@ import pytest
 
 from benchmark.privacy.accountants import epsilon_from_ledger
 from benchmark.privacy.ledger import PrivacyLedger
+from leaderboard.schema import EntryError
 from leaderboard.suites import PUBLISHED_METHODS, SUITES, run_suite
 
 
@@ -52,3 +53,23 @@ def test_adapter_runs_on_kjv_and_its_epsilon_is_the_ledgers(entries, method):
     assert entry["contamination"]["verdict"] == "contaminated"  # KJV is a demo corpus
     expected_role = {"public_only": "bound", "nonprivate": "bound", "oracle": "control"}
     assert entry["method"]["role"] == expected_role.get(method, "method")
+
+
+def test_fed_ctg_runs_in_the_tiny_suite_with_each_client_groups_epsilon(entries):
+    """Paper 001's sample-level unit: the entry names it, shows the strong and weak groups'
+    ε, reports the worst, and `leaderboard verify`'s check recomputes all of them."""
+    from leaderboard.verify import check_entry
+
+    privacy = entries["fed_ctg"]["privacy"]
+    assert privacy["unit"] == "client_sample"
+    groups = privacy["group_epsilons"]
+    assert set(groups) == {"strong", "weak"}
+    assert privacy["epsilon"] == pytest.approx(max(groups.values()))
+    assert max(groups.values()) <= privacy["epsilon_budget"] + 1e-9
+    check_entry(entries["fed_ctg"])
+    forged = {
+        **entries["fed_ctg"],
+        "privacy": {**privacy, "group_epsilons": {**groups, "weak": 0.1}},
+    }
+    with pytest.raises(EntryError, match="weak"):
+        check_entry(forged)

@@ -4,8 +4,9 @@ In a ``client_sample`` run each strong client fine-tunes the generator on its ow
 with DP-SGD, and its model delta is then (ε, δ)-DP with respect to those samples. The
 whole loop lives here, in harness code run by the pool's (trusted) process: the method
 hands over a state dict and numbers, never code, so nothing it wrote can sit beside the
-clipping and the noise. The model is the profile's on-device LM (a GPT-2 architecture in
-every profile), conditioned on a control-code prompt.
+clipping and the noise. The model is the profile's conditional LM
+(:meth:`benchmark.profiles.base.ModelProfile.conditional_lm`: GPT-2 in ``paper``,
+SmolLM2-135M in ``cpu``), conditioned on a control-code prompt.
 
 Per-sample gradients are computed one sample at a time (a backward pass per sample of the
 Poisson batch): slower than vectorised per-sample gradients, but exact for any
@@ -76,12 +77,12 @@ def plain_weights(weights: Any) -> dict[str, torch.Tensor]:
     return weights
 
 
-class OnDeviceTrainer:
-    """Runs :class:`LocalDPSGD` on the profile's on-device LM (built lazily: most runs
+class LocalLMTrainer:
+    """Runs :class:`LocalDPSGD` on the profile's conditional LM (built lazily: most runs
     never fine-tune locally)."""
 
-    def __init__(self, ondevice_lm: Callable[[], Any]) -> None:
-        self._ondevice_lm = ondevice_lm
+    def __init__(self, conditional_lm: Callable[[], Any]) -> None:
+        self._conditional_lm = conditional_lm
 
     def finetune(
         self,
@@ -91,9 +92,9 @@ class OnDeviceTrainer:
         seed: int,
     ) -> dict[str, torch.Tensor]:
         """The model delta of one client's local training from ``weights``."""
-        lm = self._ondevice_lm()
+        lm = self._conditional_lm()
         model = lm.new_model(0)
-        model.load_state_dict(plain_weights(weights), strict=True)
+        model.load_state_dict(weights, strict=True)
         examples = [
             conditional_example(
                 lm.tokenizer,

@@ -730,7 +730,7 @@ class ClientPool:
     ) -> dict[str, Any]:
         """One FedAvg round of local DP-SGD (paper 001 Alg. A.3) on the clients of ``groups``.
 
-        Every client fine-tunes the profile's on-device LM, starting from ``weights`` (a
+        Every client fine-tunes the profile's conditional LM, starting from ``weights`` (a
         state dict), on its own samples for ``steps`` DP-SGD steps: Poisson batches at
         ``sample_rate``, per-sample clipping to ``clip_norm``, Gaussian noise, SGD at
         ``lr``, loss −log p(x | c) with c = ``prompt_template`` filled with the sample's
@@ -740,11 +740,14 @@ class ClientPool:
         samples; the mean is post-processing). Records ``steps`` compositions of the
         subsampled Gaussian for the groups.
         """
-        from benchmark.federation.local_dp_sgd import LocalDPSGD
+        from benchmark.federation.local_dp_sgd import LocalDPSGD, plain_weights
 
         names, members = self._members(groups)
+        weights = plain_weights(weights)  # checked once, before any client trains on them
+        if type(prompt_template) is not str:
+            raise PrivacyError("local DP-SGD needs the prompt template as a plain string")
         config = LocalDPSGD(
-            prompt_template=prompt_template if type(prompt_template) is str else "",
+            prompt_template=prompt_template,
             noise_multiplier=plain_number("noise_multiplier", noise_multiplier),
             clip_norm=plain_number("clip_norm", clip_norm),
             sample_rate=plain_number("sample_rate", sample_rate),

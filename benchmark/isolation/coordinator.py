@@ -117,15 +117,13 @@ class MethodProcess:
         return self.answer()
 
     def _serve(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], bytes]:
-        from benchmark.runner import load_state_blob
-
         pool, op, args = self._pool, header.get("op"), header.get("args")
         if pool is None or not isinstance(args, dict):
             raise PrivacyError(f"the method process sent a malformed request ({op!r})")
         job = blobs[0] if blobs else b""
         try:
-            if op == "aggregate":
-                aggregate = pool.aggregate(job, None, **args)
+            if op in ("aggregate", "local_gaussian"):  # both answer with an Aggregate
+                aggregate = getattr(pool, op)(job, None, **args)
                 noisy = wire.array_bytes(aggregate.noisy_sum)
                 return {"expected_count": aggregate.expected_count}, noisy
             if op == "tree_step":
@@ -138,11 +136,9 @@ class MethodProcess:
             if op == "define_group":
                 pool.define_group(args["name"], args["clients"])
                 return {}, b""
-            if op == "local_gaussian":
-                aggregate = pool.local_gaussian(job, None, **args)
-                noisy = wire.array_bytes(aggregate.noisy_sum)
-                return {"expected_count": aggregate.expected_count}, noisy
             if op == "local_dp_finetune":
+                from benchmark.runner import load_state_blob
+
                 return {}, tensors_blob(pool.local_dp_finetune(load_state_blob(job), **args))
         except (TypeError, KeyError) as exc:
             raise PrivacyError(f"pool.{op}: malformed arguments ({exc})") from exc

@@ -83,7 +83,10 @@ class PoolProxy:
     ) -> Aggregate:
         args = {"dim": dim, "clip_norm": clip_norm, "noise_multiplier": noise_multiplier}
         args |= {"sample_rate": sample_rate, "label": label, "batched": batched}
-        header, blobs = self._call("aggregate", args, _job(client_fn, payload))
+        return self._aggregate("aggregate", args, client_fn, payload)
+
+    def _aggregate(self, op: str, args: dict[str, Any], client_fn: Any, payload: Any) -> Aggregate:
+        header, blobs = self._call(op, args, _job(client_fn, payload))
         return Aggregate(wire.array_from(blobs[0]), float(header["expected_count"]))
 
     def open_tree(
@@ -128,8 +131,7 @@ class PoolProxy:
     ) -> Aggregate:
         args = {"dim": dim, "clip_norm": clip_norm, "noise_multiplier": noise_multiplier}
         args |= {"groups": list(groups), "label": label}
-        header, blobs = self._call("local_gaussian", args, _job(client_fn, payload))
-        return Aggregate(wire.array_from(blobs[0]), float(header["expected_count"]))
+        return self._aggregate("local_gaussian", args, client_fn, payload)
 
     def local_dp_finetune(self, weights: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """The weights travel as a torch-saved blob the coordinator loads as tensors only;

@@ -84,6 +84,11 @@ class ModelProfile(ABC):
     @abstractmethod
     def ondevice_lm(self) -> OnDeviceLM: ...
 
+    def conditional_lm(self) -> OnDeviceLM:
+        """The causal LM that paper 001 fine-tunes on the clients as its conditional
+        generator (the harness's local DP-SGD trains it). Default: the on-device LM."""
+        return self.ondevice_lm()
+
     @abstractmethod
     def masked_filler(self) -> MaskedFiller | None:
         """The profile's masked-fill model, or None if it has none."""

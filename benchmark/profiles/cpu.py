@@ -23,7 +23,7 @@ from benchmark.profiles.base import ModelProfile
 from benchmark.profiles.embedders import SentenceTransformerEmbedder
 from benchmark.profiles.fillers import CausalSpanFiller
 from benchmark.profiles.hf_generator import HFGenerator, sampling_precision
-from benchmark.profiles.ondevice import GPT2Shape
+from benchmark.profiles.ondevice import GPT2Shape, PretrainedLM
 from benchmark.profiles.packaged import distribution_version, packaged_file
 from benchmark.profiles.pretraining import PretrainedGPT2LM, PretrainSpec, pretrained_ondevice_lm
 from benchmark.profiles.public_corpus import COMPONENTS, LINES_PER_DOCUMENT, public_corpus
@@ -51,6 +51,11 @@ class CpuProfile(ModelProfile):
         return HFGenerator(model, tokenizer, GENERATOR_LABEL, batch_size=32, fast_sampling=True)
 
     @cached_property
+    def _conditional(self) -> PretrainedLM:
+        _, tokenizer = smollm2.load_smollm2()
+        return PretrainedLM(GENERATOR_LABEL, tokenizer, lambda: smollm2.load_smollm2()[0])
+
+    @cached_property
     def _embedder(self) -> SentenceTransformerEmbedder:
         from sentence_transformers import SentenceTransformer
 
@@ -76,6 +81,11 @@ class CpuProfile(ModelProfile):
 
     def ondevice_lm(self) -> PretrainedGPT2LM:
         return self._ondevice
+
+    def conditional_lm(self) -> PretrainedLM:
+        """SmolLM2-135M-Instruct, the generator's model (the only pretrained causal LM that
+        ships in a package; 135 M parameters, as paper 001's GPT-2 has 124 M)."""
+        return self._conditional
 
     def masked_filler(self) -> CausalSpanFiller:
         return self._filler

@@ -33,6 +33,7 @@ class PaperModels:
 
     generator: str = "meta-llama/Meta-Llama-3-8B"
     ondevice_lm: str = "distilbert/distilgpt2"
+    conditional_lm: str = "openai-community/gpt2"  # paper 001's Yelp generator
     masked_filler: str = "FacebookAI/roberta-large"
     embedder: str = "sentence-transformers/all-MiniLM-L6-v2"
     revision: str = "main"
@@ -95,20 +96,27 @@ class PaperProfile(ModelProfile):
         model = from_hub(SentenceTransformer, m.embedder, m.revision, device=_device())
         return SentenceTransformerEmbedder(model, m.embedder)
 
-    @cached_property
-    def _ondevice(self) -> PretrainedLM:
+    def _causal_lm(self, model_id: str) -> PretrainedLM:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        m = self.models
-        tokenizer = from_hub(AutoTokenizer.from_pretrained, m.ondevice_lm, m.revision)
+        revision = self.models.revision
+        tokenizer = from_hub(AutoTokenizer.from_pretrained, model_id, revision)
 
         def load() -> Any:
             return from_hub(
-                AutoModelForCausalLM.from_pretrained, m.ondevice_lm, m.revision, dtype=torch.float32
+                AutoModelForCausalLM.from_pretrained, model_id, revision, dtype=torch.float32
             )
 
-        return PretrainedLM(m.ondevice_lm, tokenizer, load)
+        return PretrainedLM(model_id, tokenizer, load)
+
+    @cached_property
+    def _ondevice(self) -> PretrainedLM:
+        return self._causal_lm(self.models.ondevice_lm)
+
+    @cached_property
+    def _conditional(self) -> PretrainedLM:
+        return self._causal_lm(self.models.conditional_lm)
 
     @cached_property
     def _filler(self) -> MLMFiller:
@@ -128,6 +136,9 @@ class PaperProfile(ModelProfile):
     def ondevice_lm(self) -> PretrainedLM:
         return self._ondevice
 
+    def conditional_lm(self) -> PretrainedLM:
+        return self._conditional
+
     def masked_filler(self) -> MLMFiller:
         return self._filler
 
@@ -138,6 +149,7 @@ class PaperProfile(ModelProfile):
             "generator": m.generator,
             "generator_backend": "vllm" if use_vllm() else "transformers",
             "ondevice_lm": m.ondevice_lm,
+            "conditional_lm": m.conditional_lm,
             "masked_filler": m.masked_filler,
             "embedder": m.embedder,
             "revision": m.revision,
