@@ -18,6 +18,7 @@ TEXT = "text"
 CLIENT_ID = "client_id"
 DATE = "date"
 LABEL = "label"
+STRONG = "strong"  # a training client's capability flag (paper 001), in each of its rows
 SOURCE_ID = "source_id"
 PARTS = ("train", "validation", "test", "public")
 

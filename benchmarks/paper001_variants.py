@@ -115,17 +115,20 @@ def main() -> None:
     args = parser.parse_args()
     split_path = build_split(args.work / "splits")
     args.out.mkdir(parents=True, exist_ok=True)
-    records: dict[str, list[dict[str, Any]]] = {}
     for name in args.variants:
         for seed in args.seeds:
             record = run_variant(name, seed, split_path, args.work / "runs")
             path = args.out / f"{name}-seed{seed}.json"
             path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-            records.setdefault(name, []).append(record)
             print(
                 f"{name} seed {seed}: "
                 + json.dumps({k: record["metrics"].get(k) for k in REPORTED})
             )
+    # every record in --out, so that workers sharing it each leave a complete table
+    records: dict[str, list[dict[str, Any]]] = {}
+    for name in VARIANTS:
+        for path in sorted(args.out.glob(f"{name}-seed*.json")):
+            records.setdefault(name, []).append(json.loads(path.read_text()))
     (args.out / "summary.md").write_text(summary(records))
 
 

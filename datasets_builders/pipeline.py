@@ -72,7 +72,7 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from benchmark.data import CLIENT_ID, DATE, LABEL, PARTS, SOURCE_ID, TEXT
+from benchmark.data import CLIENT_ID, DATE, LABEL, PARTS, SOURCE_ID, STRONG, TEXT
 
 from . import manifest as mf
 from . import partitioners, storage
@@ -497,9 +497,13 @@ def assign_clients(
     for doc in free:
         if doc.client is not None:
             doc.part = part_of[doc.client]
-    strong = partitioners.flag_strong(
-        [c for c in clients if part_of[c] == "train"], options.strong_fraction, options.seed
-    )
+    train = [c for c in clients if part_of[c] == "train"]
+    if options.partition == "label_subset" and options.strong_fraction > 0:
+        # paper 001's non-IID setting skews only the strong clients' data: the skewed
+        # training clients are the strong ones (label_subset's skewed_fraction sets how many)
+        strong = {c for c in train if "labels" in placement.client_info.get(c, {})}
+    else:
+        strong = partitioners.flag_strong(train, options.strong_fraction, options.seed)
     info: dict[str, dict[str, Any]] = {}
     for client in clients:
         info[client] = {**placement.client_info.get(client, {})}
@@ -583,6 +587,16 @@ def make_samples(
     return parts, drops
 
 
+def flag_strong_rows(
+    parts: dict[str, list[dict[str, Any]]], client_info: dict[str, dict[str, Any]]
+) -> None:
+    """Copy each training client's capability flag into its rows (column ``strong``), where
+    the harness's pool reads it (``pool.strong_clients``); other parts' rows hold None."""
+    for row in parts["train"]:
+        row[STRONG] = bool(client_info.get(row[CLIENT_ID], {}).get("strong"))
+    _unify_columns([row for rows in parts.values() for row in rows])
+
+
 def apply_caps(
     parts: dict[str, list[tuple[tuple, dict[str, Any]]]], options: SplitOptions
 ) -> tuple[dict[str, list[dict[str, Any]]], Counter]:
@@ -649,6 +663,8 @@ def build_split(
     drops += more
     parts, more = apply_caps(keyed, options)
     drops += more
+    if options.strong_fraction > 0:
+        flag_strong_rows(parts, client_info)
     if not any(parts.values()):  # a public-only split (e.g. a public prompt set) is fine
         raise SplitError(f"no samples of {source.name!r} are left ({dict(drops)})")
 

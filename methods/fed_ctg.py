@@ -46,8 +46,12 @@ Choices the paper leaves open (and why):
 - Control codes: ``codes`` in the params, else the distinct labels of the validation part
   (public by the paper's assumption that codes are predetermined and non-private); samples
   whose label is not a code count for nothing and vote for nothing.
-- Strong clients: a ``strong_fraction`` of the clients, at least one, drawn with the run's
-  seed (the paper does not say how C_s is chosen; client sizes are private, so not by size).
+- Strong clients: ``strong_clients: split`` takes the split's flags (a split built with
+  ``strong_fraction``; with ``partition: label_subset`` the skewed clients are the strong
+  ones, paper 001's non-IID setting); ``random`` draws a ``strong_fraction`` of the
+  clients, at least one, with the run's seed (the IID setting; the paper does not say how
+  C_s is chosen, and client sizes are private, so not by size). In Pre. nobody trains and
+  every client is weak: all of them vote.
 - s is the number of candidates and ``num_synthetic`` = r·s the final size (Table A.14:
   50,000 generated, 10,000 kept); without refinement ``num_synthetic`` are generated.
 - Neighbouring relation: add/remove of one sample of one client (sensitivities 1 and √K);
@@ -116,6 +120,7 @@ _COMMON = {
     "zero_shot_template": GENERIC_ZERO_SHOT,
     "finetune": True,
     "refinement": "votes",
+    "strong_clients": "random",
     "strong_fraction": 0.1,
     "profile_share": 0.25,
     "clip_norm": 1.0,
@@ -244,6 +249,7 @@ class FedCTG(Method):
             ("refinement", REFINEMENTS),
             ("server_optimizer", SERVER_OPTIMIZERS),
             ("delta_rule", tuple(DELTA_RULES)),
+            ("strong_clients", ("random", "split")),
         ):
             if config[key] not in allowed:
                 raise SpecError(f"method.params.{key}: one of {list(allowed)}, got {config[key]!r}")
@@ -291,15 +297,30 @@ class FedCTG(Method):
                 "fed_ctg needs control codes: set method.params.codes or label the split"
             )
         n = ctx.pool.num_clients
-        order = ctx.rng(0, 1).permutation(n)
-        n_strong = max(1, round(self.config["strong_fraction"] * n)) if self._train_rounds() else 0
-        if n_strong >= n:
-            raise SpecError(f"fed_ctg: {n_strong} strong clients leave no weak client of {n}")
-        if n_strong:
-            ctx.pool.define_group(STRONG, sorted(int(c) for c in order[:n_strong]))
-        ctx.pool.define_group(WEAK, sorted(int(c) for c in order[n_strong:]))
+        strong = self._strong_clients(ctx) if self._train_rounds() else []
+        weak = sorted(set(range(n)) - set(strong))
+        if not weak:
+            raise SpecError(f"fed_ctg: {len(strong)} strong clients leave no weak client of {n}")
+        if strong:
+            ctx.pool.define_group(STRONG, strong)
+        ctx.pool.define_group(WEAK, weak)
         model = ctx.profile.conditional_lm().new_model(0)
         return {"codes": codes, "params": flat_params(model), "moments": {}}
+
+    def _strong_clients(self, ctx: MethodContext) -> list[int]:
+        """C_s: the split's flags (``split``: its non-IID strong clients hold the skewed
+        data), or a ``strong_fraction`` of the clients, at least one, drawn with the seed."""
+        if self.config["strong_clients"] == "split":
+            flagged = ctx.pool.strong_clients()
+            if not flagged:
+                raise SpecError(
+                    "method.params.strong_clients: split, but the split flags no strong "
+                    "client (build it with strong_fraction > 0)"
+                )
+            return sorted(flagged)
+        n = ctx.pool.num_clients
+        order = ctx.rng(0, 1).permutation(n)
+        return sorted(int(c) for c in order[: max(1, round(self.config["strong_fraction"] * n))])
 
     def round(self, ctx: MethodContext, state: Any, round_index: int) -> Any:
         if round_index < self._train_rounds():

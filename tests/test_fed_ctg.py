@@ -139,13 +139,14 @@ def test_a_sample_voting_for_more_than_k_candidates_is_clipped_to_sqrt_k():
     assert votes.tolist() == pytest.approx([2.0] * 8)
 
 
-def _labelled_split() -> FederatedSplit:
+def _labelled_split(strong: tuple[str, ...] = ()) -> FederatedSplit:
     codes = ["psalm", "law"]
     train = [
         {
             "text": f"{codes[i % 2]} verse {i} of the lord",
             "client_id": f"c{i % 10}",
             "label": codes[i % 2],
+            "strong": f"c{i % 10}" in strong,
         }
         for i in range(60)
     ]
@@ -160,7 +161,14 @@ def _labelled_split() -> FederatedSplit:
     )
 
 
-def _run(tmp_path, epsilon: float, delta: float = 1e-3, large_delta: bool = False, **params):
+def _run(
+    tmp_path,
+    epsilon: float,
+    delta: float = 1e-3,
+    large_delta: bool = False,
+    split: FederatedSplit | None = None,
+    **params,
+):
     spec = spec_from_dict(
         {
             "split": {"path": "unused"},
@@ -175,7 +183,8 @@ def _run(tmp_path, epsilon: float, delta: float = 1e-3, large_delta: bool = Fals
             "profile": "tiny",
         }
     )
-    return run(spec, runs_root=tmp_path, profile=new_profile("tiny"), split=_labelled_split())
+    split = split or _labelled_split()
+    return run(spec, runs_root=tmp_path, profile=new_profile("tiny"), split=split)
 
 
 def _phases(record) -> dict[str, list[str]]:
@@ -218,3 +227,14 @@ def test_delta_rule_refuses_a_delta_that_is_not_one_over_n_log_n(tmp_path):
     paper_delta = 1 / (n * math.log(n))  # > 1 / (60 samples): the paper's δ is that large
     record = _run(tmp_path, 8.0, delta=paper_delta, large_delta=True, delta_rule="ln").record
     assert record["privacy"]["epsilon"] <= 8.0 + 1e-9
+
+
+def test_strong_clients_can_come_from_the_splits_flags(tmp_path):
+    flagged = _labelled_split(strong=("c3", "c7"))
+    units = {f"{r['client_id']}/{i}": [r] for i, r in enumerate(flagged.records("train"))}
+    pool = ClientPool(units, ledger=PrivacyLedger(), seed=0, unit="client_sample")
+    assert pool.strong_clients() == [3, 7]  # positions in client-id order
+    with pytest.raises(SpecError, match="flags no strong client"):
+        _run(tmp_path, 8.0, strong_clients="split")
+    record = _run(tmp_path, 8.0, split=flagged, strong_clients="split").record
+    assert "train" in _phases(record)

@@ -170,7 +170,31 @@ def test_iid_and_strong_flags_are_recorded(tmp_path):
     train = sidecar["clients"]["train"]
     assert sum(info["strong"] for info in train.values()) == 3  # round(0.25 * 12)
     assert manifest["partition"]["strong_clients"] == 3
+    # each training row carries its client's flag, where the pool reads it
+    assert all(r["strong"] == train[r["client_id"]]["strong"] for r in split.records("train"))
+    assert all(r["strong"] is None for r in split.records("test"))
     assert len(sidecar["documents"]) == 80 and manifest["filters"]["dropped"] == {}
+
+
+def test_non_iid_strong_clients_are_the_label_skewed_ones(tmp_path):
+    """Paper 001 §1.5: only the strong clients' data are skewed (here to 1 of 3 labels)."""
+    source = ToySource(make_records(n_clients=30, docs_per_client=4))
+    _, split = build(
+        tmp_path,
+        source,
+        span_length=None,
+        partition="label_subset",
+        partition_params={"num_clients": 20, "labels_per_client": 1, "skewed_fraction": 0.2},
+        strong_fraction=0.2,
+        validation_clients=2,
+        test_clients=2,
+    )
+    train = storage.read_clients(tmp_path / "split")["clients"]["train"]
+    strong = {c for c, info in train.items() if info["strong"]}
+    assert strong and strong == {c for c, info in train.items() if "labels" in info}
+    for client, rows in split.by_client("train").items():
+        if client in strong:
+            assert {r["label"] for r in rows} == set(train[client]["labels"])
 
 
 def test_chunking_gives_fixed_length_spans_and_never_splits_a_character():

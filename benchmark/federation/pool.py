@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from benchmark.data import CLIENT_ID
+from benchmark.data import CLIENT_ID, STRONG
 from benchmark.federation.clients import ClientBatch, ClientData, client_scope, seeded_rngs
 from benchmark.federation.costs import CostCounters, count_payload
 from benchmark.federation.recompute import BATCH, CLIENT, ENCODE, Recheck, output_rows, snapshot
@@ -653,6 +653,19 @@ class ClientPool:
                 f"group {name!r}: clients must be unused positions < {len(self._silos)}"
             )
         self._groups[name] = sorted(members)
+
+    def strong_clients(self) -> list[int]:
+        """Positions of the clients the split flags ``strong`` (built with
+        ``strong_fraction``): paper 001's clients able to fine-tune. Capability is a public,
+        per-client fact the server schedules by, not private data, so reading it costs no
+        privacy. Empty when the split flags none."""
+        if self._unit != CLIENT_SAMPLE:
+            raise PrivacyError("strong clients exist only with privacy.unit client_sample")
+        return [
+            position
+            for position, units in enumerate(self._silos)
+            if self._records[units[0]][0].get(STRONG) is True
+        ]
 
     def _members(self, groups: list[str]) -> tuple[tuple[str, ...], list[int]]:
         names = tuple(groups)

@@ -133,6 +133,8 @@ class MethodProcess:
                 return {"leaves": pool.open_tree(args.pop("name"), **args)}, b""
             if op == "centralized":
                 return {}, pool.centralized(job, label=args["label"])
+            if op == "strong_clients":
+                return {"clients": pool.strong_clients()}, b""
             if op == "define_group":
                 pool.define_group(args["name"], args["clients"])
                 return {}, b""

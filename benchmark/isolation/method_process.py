@@ -115,6 +115,9 @@ class PoolProxy:
         blob = self._call("centralized", {"label": label}, cloudpickle.dumps(train_fn))[1][0]
         return cloudpickle.loads(blob)
 
+    def strong_clients(self) -> list[int]:
+        return [int(c) for c in self._call("strong_clients", {})[0]["clients"]]
+
     def define_group(self, name: str, clients: list[int]) -> None:
         self._call("define_group", {"name": name, "clients": list(clients)})
 
