@@ -105,7 +105,7 @@ YELP_ZERO_SHOT = (
 )
 PUBMED_ZERO_SHOT = (
     "Please generate a scientific abstract on a biomedical study that covers topics "
-    "{label_1} but does not cover topics {label_2}:\n\n"
+    "{covered} but does not cover topics {not_covered}:\n\n"
 )
 GENERIC_ZERO_SHOT = "Please generate a text about {label}:\n\n"
 STRONG, WEAK = "strong", "weak"
@@ -176,12 +176,27 @@ _CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
+def code_slots(code: str) -> dict[str, str]:
+    """The slots a prompt template may name. ``{label}``: the code itself; ``{label_1}``,
+    ``{label_2}``, …: its parts, the values of a ``Key: value, Key: value`` code (Yelp's
+    ``Business Category: Bars, Review Stars: 5.0``) or the pieces of an ``a|b`` code;
+    ``{covered}`` / ``{not_covered}``: the keys whose value is 1 / 0 (PubMed's
+    ``Anatomy: 1, Diseases: 0, …``)."""
+    fields = [part.partition(": ") for part in code.split(", ")]
+    keyed = all(sep and key for key, sep, _ in fields)
+    parts = [value for _, _, value in fields] if keyed else code.split("|")
+    slots = {"label": code, **{f"label_{i}": part for i, part in enumerate(parts, start=1)}}
+    for slot, flag in (("covered", "1"), ("not_covered", "0")):
+        slots[slot] = ", ".join(k for k, _, v in fields if v == flag) if keyed else ""
+    return slots
+
+
 def fill_code(template: str, code: str) -> str:
-    """``template`` with ``{label}`` and, for ``a|b`` codes, ``{label_1}``, ``{label_2}``
-    replaced (plain replacement, as the harness's control prompts)."""
+    """``template`` with its slots (:func:`code_slots`) replaced by plain replacement, as
+    the harness fills ``{label}`` in the control prompts it trains on."""
     out = control_prompt(template, code)
-    for position, part in enumerate(code.split("|"), start=1):
-        out = out.replace(f"{{label_{position}}}", part)
+    for slot, value in code_slots(code).items():
+        out = out.replace("{" + slot + "}", value)
     return out
 
 

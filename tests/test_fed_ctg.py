@@ -22,7 +22,7 @@ from methods.ctg_refinement import (
     sample_without_replacement,
     samples_per_code,
 )
-from methods.fed_ctg import YELP_ZERO_SHOT, fill_code, server_step
+from methods.fed_ctg import PUBMED_ZERO_SHOT, YELP_ZERO_SHOT, fill_code, server_step
 
 
 def test_samples_per_code_clips_negative_noisy_counts_and_normalises():
@@ -41,11 +41,19 @@ def test_sampling_without_replacement_follows_algorithm_a4():
     assert len(sample_without_replacement(np.full(4, -1.0), 1.0, rng)) == 4  # uniform rest
 
 
-def test_zero_shot_prompts_fill_the_code_parts():
-    prompt = fill_code(YELP_ZERO_SHOT, "Restaurants|4.0")
-    assert prompt == (
-        "Please generate a review about business category Restaurants with rating star 4.0:\n\n"
+def test_zero_shot_prompts_fill_the_paper_code_strings():
+    """Paper 001 §1.2's verbatim prompts from the builders' code strings (yelp
+    ``label=paper001``, pubmed ``label=mesh_indicators``) and from ``a|b`` codes."""
+    yelp = "Please generate a review about business category Bars with rating star 4.0:\n\n"
+    assert fill_code(YELP_ZERO_SHOT, "Business Category: Bars, Review Stars: 4.0") == yelp
+    assert fill_code(YELP_ZERO_SHOT, "Bars|4.0") == yelp
+    code = "Anatomy: 1, Diseases: 0, Chemicals and Drugs: 1, Named Groups: 0, Health Care: 0"
+    assert fill_code(PUBMED_ZERO_SHOT, code) == (
+        "Please generate a scientific abstract on a biomedical study that covers topics "
+        "Anatomy, Chemicals and Drugs but does not cover topics Diseases, Named Groups, "
+        "Health Care:\n\n"
     )
+    assert fill_code("{label}\n", "sports") == "sports\n"
 
 
 def test_server_step_sgd_is_fedavg_and_adam_moves_each_coordinate_by_about_lr():

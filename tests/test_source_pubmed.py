@@ -159,6 +159,12 @@ def test_mesh_csv_schema(tmp_path):
     )
     assert [(r.source_id, r.label) for r in records] == [("pmid:1", "M"), ("pmid:2", "A,C,N")]
     assert source.stats["malformed: missing pmid or abstractText"] == 1
+    coded = source.fetch(
+        {"origin": "hub", "files": str(path), "label": "mesh_indicators"}, tmp_path
+    )
+    assert next(iter(coded)).label == (  # paper 001's code string for pmid 1 (root M only)
+        "Anatomy: 0, Diseases: 0, Chemicals and Drugs: 0, Named Groups: 1, Health Care: 0"
+    )
 
 
 def test_ncbi_rate_limit_tool_email_and_key(server, tmp_path, monkeypatch):

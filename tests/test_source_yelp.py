@@ -53,6 +53,8 @@ def test_label_variants_and_category_subset(tmp_path):
     opts = {**write_json(tmp_path), "label": "stars", "categories": "Bars,Shopping"}
     records = list(YelpSource().fetch(opts, tmp_path))
     assert [(r.label, r.extra["category"]) for r in records] == [("5.0", "Bars")]
+    coded = list(YelpSource().fetch({**opts, "label": "paper001"}, tmp_path))
+    assert [r.label for r in coded] == ["Business Category: Bars, Review Stars: 5.0"]
 
 
 def test_augpe_csv_pins_dev_and_test(tmp_path):

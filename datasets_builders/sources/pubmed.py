@@ -27,7 +27,9 @@ NLM MeSH tree file ``mesh_trees`` (``mtreesYYYY.bin``, lines ``Name;TreeNumber``
 or URL, fetched through the cache). ``extra`` holds a 0/1 field ``mesh_<root>`` per root.
 
 Paper recipes: Aug-PE / POPri PubMed: abstracts of 2023-08-01..2023-08-07, one document per
-client (central DP), whole abstracts. Paper 001: the MeSH CSV, ``label=mesh_roots``.
+client (central DP), whole abstracts. Paper 001: the MeSH CSV, ``label=mesh_indicators``
+(its control-code strings, ``Anatomy: 1, Diseases: 0, Chemicals and Drugs: 1, Named
+Groups: 1, Health Care: 0``; ``mesh_roots`` holds the same facts as ``A,D,M``).
 """
 
 from __future__ import annotations
@@ -61,6 +63,15 @@ MESH_TREES = "https://nlmpubs.nlm.nih.gov/projects/mesh/MESH_FILES/meshtrees/mtr
 HUB = HubDataset("owaiskha9654/PubMed_MultiLabel_Text_Classification_Dataset_MeSH")
 LICENCE = "pubmed-abstract-publisher-copyright"
 PAPER001_ROOTS = ["A", "C", "D", "M", "N"]
+# Root names as paper 001's control-code listings print them ("Named Groups" for M).
+ROOT_NAMES = {
+    "A": "Anatomy",
+    "C": "Diseases",
+    "D": "Chemicals and Drugs",
+    "M": "Named Groups",
+    "N": "Health Care",
+}
+ROOT_LABELS = ("mesh_roots", "mesh_indicators")
 
 OPTIONS = (
     Option("origin", "eutils", "eutils (NCBI E-utilities) or hub (MeSH multi-label CSV)"),
@@ -70,7 +81,7 @@ OPTIONS = (
     Option("datetype", "pdat", "date field the window applies to: pdat, edat or mdat"),
     Option("batch", 500, "efetch page size (retmax)", "int"),
     Option("text", "abstract", "record text: abstract or title_abstract"),
-    Option("label", "none", "none, mesh_major or mesh_roots"),
+    Option("label", "none", "none, mesh_major, mesh_roots or mesh_indicators"),
     Option("mesh_roots", PAPER001_ROOTS, "MeSH tree roots used by label=mesh_roots", "list"),
     Option("mesh_trees", MESH_TREES, "path or URL of the NLM MeSH trees file (mtrees*.bin)"),
     Option("email", None, "contact e-mail sent to NCBI (default: env NCBI_EMAIL)"),
@@ -110,8 +121,10 @@ class PubMedSource(Source):
 
     def fetch(self, options: dict[str, Any], cache_dir: Path) -> Iterator[SourceRecord]:
         opts = parse_options(options, OPTIONS, self.name)
-        if opts["label"] not in {"none", "mesh_major", "mesh_roots"}:
-            raise ValueError("pubmed: label must be none, mesh_major or mesh_roots")
+        if opts["label"] not in {"none", "mesh_major", *ROOT_LABELS}:
+            raise ValueError(
+                "pubmed: label must be none, mesh_major, mesh_roots or mesh_indicators"
+            )
         if opts["text"] not in {"abstract", "title_abstract"}:
             raise ValueError("pubmed: text must be abstract or title_abstract")
         self.stats = Counter()
@@ -140,7 +153,7 @@ class PubMedSource(Source):
             "email": opts["email"] or os.environ.get("NCBI_EMAIL") or None,
             "api_key": key or None,
         }
-        trees = self._mesh_trees(client, opts) if opts["label"] == "mesh_roots" else {}
+        trees = self._mesh_trees(client, opts) if opts["label"] in ROOT_LABELS else {}
         seen: set[str] = set()
         day = dt.date.fromisoformat(opts["start"])
         while day <= dt.date.fromisoformat(opts["end"]):
@@ -240,9 +253,9 @@ class PubMedSource(Source):
         label = None
         if opts["label"] == "mesh_major":
             label = ";".join(major) or "none"
-        elif opts["label"] == "mesh_roots":
+        elif opts["label"] in ROOT_LABELS:
             roots = {t[0] for name in major for t in trees.get(name, ())}
-            label = self._roots(roots, opts["mesh_roots"], extra)
+            label = self._roots(roots, opts, extra)
             if not major:
                 self.stats["no MeSH major topics (not yet indexed?)"] += 1
         return SourceRecord(
@@ -255,10 +268,14 @@ class PubMedSource(Source):
         )
 
     @staticmethod
-    def _roots(present: set[str], wanted: list[str], extra: dict[str, Any]) -> str:
-        chosen = [root for root in wanted if root in present]
+    def _roots(present: set[str], opts: dict[str, Any], extra: dict[str, Any]) -> str:
+        """``mesh_roots``: the present roots, ``,``-joined; ``mesh_indicators``: paper 001's
+        code string, every root's indicator (``Anatomy: 1, Diseases: 0, ...``)."""
+        wanted = opts["mesh_roots"]
         extra.update({f"mesh_{root}": int(root in present) for root in wanted})
-        return ",".join(chosen) or "none"
+        if opts["label"] == "mesh_indicators":
+            return ", ".join(f"{ROOT_NAMES.get(r, r)}: {int(r in present)}" for r in wanted)
+        return ",".join(root for root in wanted if root in present) or "none"
 
     def _mesh_trees(self, client: HttpClient, opts: dict[str, Any]) -> dict[str, set[str]]:
         """Descriptor name -> tree numbers, from an NLM ``mtrees*.bin`` file (path or URL)."""
@@ -301,11 +318,11 @@ class PubMedSource(Source):
                 "mesh_major": str(row.get("meshMajor") or ""),
             }
             label = None
-            if opts["label"] == "mesh_roots":
+            if opts["label"] in ROOT_LABELS:
                 present = {
                     r for r in opts["mesh_roots"] if str(row.get(r, "0")).strip() in {"1", "1.0"}
                 }
-                label = self._roots(present, opts["mesh_roots"], extra)
+                label = self._roots(present, opts, extra)
             elif opts["label"] == "mesh_major":
                 label = extra["mesh_major"] or "none"
             yield SourceRecord(

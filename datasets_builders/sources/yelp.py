@@ -19,7 +19,8 @@ Control codes: the 10 business categories of Yue et al. (``categories``) x stars
 codes. A business's category is the first of its own listed categories that is one of the
 10 (the rule is not stated by the papers; reviews of businesses with none are skipped and
 counted). ``label`` is the control code ``"<category>|<stars>"`` (``label=code``, e.g.
-``Restaurants|5.0``), or only the category or only the stars; ``extra`` always holds
+``Restaurants|5.0``), paper 001's code string (``label=paper001``: ``Business Category:
+Restaurants, Review Stars: 5.0``), or only the category or only the stars; ``extra`` always holds
 ``category`` and ``stars`` so the pipeline's ``label_key`` can partition on either (paper
 001's rating-skew and category-skew non-IID clients).
 """
@@ -57,7 +58,7 @@ OPTIONS = (
     Option("businesses", None, "path to yelp_academic_dataset_business.json"),
     Option("files", None, "Aug-PE CSV files (format augpe_csv)", "list"),
     Option("categories", CATEGORIES, "top-level categories used as control codes", "list"),
-    Option("label", "code", "label: code (category|stars), category or stars"),
+    Option("label", "code", "label: code (category|stars), paper001, category or stars"),
     Option("pin_parts", True, "augpe_csv: dev/test files become validation/test", "bool"),
     Option("on_malformed", "skip", "malformed records: skip (counted) or error"),
 )
@@ -65,7 +66,12 @@ OPTIONS = (
 
 def control_code(category: str, stars: float, kind: str) -> str:
     stars_text = f"{float(stars):.1f}"
-    return {"code": f"{category}|{stars_text}", "category": category, "stars": stars_text}[kind]
+    return {
+        "code": f"{category}|{stars_text}",
+        "paper001": f"Business Category: {category}, Review Stars: {stars_text}",
+        "category": category,
+        "stars": stars_text,
+    }[kind]
 
 
 class YelpSource(Source):
@@ -89,8 +95,8 @@ class YelpSource(Source):
 
     def fetch(self, options: dict[str, Any], cache_dir: Path) -> Iterator[SourceRecord]:
         opts = parse_options(options, OPTIONS, self.name)
-        if opts["label"] not in {"code", "category", "stars"}:
-            raise ValueError("yelp: label must be code, category or stars")
+        if opts["label"] not in {"code", "paper001", "category", "stars"}:
+            raise ValueError("yelp: label must be code, paper001, category or stars")
         self.stats = Counter()
         policy = RecordPolicy(self.name, opts["on_malformed"], self.stats)
         if opts["format"] == "json":
