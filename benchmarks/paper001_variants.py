@@ -35,8 +35,11 @@ SPLIT_OPTIONS = {
     "validation_clients": 0.1,
     "test_clients": 0.2,
 }
+# The probe's C = 10: on the split's validation part (real texts; 5-fold CV, nothing a
+# method released) C = 1 reaches accuracy 0.44 / macro-F1 0.13, C = 10 0.60 / 0.34 (100:
+# 0.57 / 0.30): at C = 1 the unit-norm embeddings are regularised to the majority class.
 METRICS = [
-    {"name": "classification", "settings": {}},
+    {"name": "classification", "settings": {"c": 10.0}},
     {"name": "mauve", "settings": {}},
     {"name": "fid", "settings": {}},
 ]
