@@ -84,7 +84,9 @@ import numpy as np
 import torch
 
 from benchmark.artifact import Artifact
+from benchmark.control_codes import code_slots
 from benchmark.data import LABEL
+from benchmark.evaluation.model_samples import ancestral_sample
 from benchmark.federation.local_dp_sgd import control_prompt
 from benchmark.method import Method, MethodContext
 from benchmark.privacy.accountants import analytic_gaussian_sigma
@@ -176,21 +178,6 @@ _CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
-def code_slots(code: str) -> dict[str, str]:
-    """The slots a prompt template may name. ``{label}``: the code itself; ``{label_1}``,
-    ``{label_2}``, …: its parts, the values of a ``Key: value, Key: value`` code (Yelp's
-    ``Business Category: Bars, Review Stars: 5.0``) or the pieces of an ``a|b`` code;
-    ``{covered}`` / ``{not_covered}``: the keys whose value is 1 / 0 (PubMed's
-    ``Anatomy: 1, Diseases: 0, …``)."""
-    fields = [part.partition(": ") for part in code.split(", ")]
-    keyed = all(sep and key for key, sep, _ in fields)
-    parts = [value for _, _, value in fields] if keyed else code.split("|")
-    slots = {"label": code, **{f"label_{i}": part for i, part in enumerate(parts, start=1)}}
-    for slot, flag in (("covered", "1"), ("not_covered", "0")):
-        slots[slot] = ", ".join(k for k, _, v in fields if v == flag) if keyed else ""
-    return slots
-
-
 def fill_code(template: str, code: str) -> str:
     """``template`` with its slots (:func:`code_slots`) replaced by plain replacement, as
     the harness fills ``{label}`` in the control prompts it trains on."""
@@ -222,17 +209,7 @@ def generate_for_prompt(
     with seeded(seed), torch.inference_mode():
         for begin in range(0, n, batch_size):
             ids = torch.tensor([prompt_ids] * min(batch_size, n - begin))
-            out = model.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                do_sample=True,
-                temperature=temperature,
-                top_k=0,
-                top_p=1.0,
-                max_new_tokens=new_tokens,
-                eos_token_id=eos,
-                pad_token_id=eos,
-            )
+            out = ancestral_sample(model, ids, new_tokens, temperature, eos)
             texts += tokenizer.batch_decode(out[:, len(prompt_ids) :], skip_special_tokens=True)
     return [t.strip() for t in texts if t.strip()]
 

@@ -208,44 +208,15 @@ def test_local_dp_finetune_runs_harness_dp_sgd_and_records_the_strong_group():
     )
     pool.define_group("strong", [0, 1])
     weights = profile.conditional_lm().new_model(0).state_dict()
+    settings = {"groups": ["strong"], "noise_multiplier": 1.0, "clip_norm": 1.0}
+    settings |= {"sample_rate": 1.0, "lr": 0.1, "max_length": 16, "label": "train"}
     delta = pool.local_dp_finetune(
-        dict(weights),
-        prompt_template="Book: {label}\n",
-        groups=["strong"],
-        noise_multiplier=1.0,
-        clip_norm=1.0,
-        sample_rate=1.0,
-        steps=2,
-        lr=0.1,
-        max_length=16,
-        label="train",
+        dict(weights), prompt_template="Book: {label}\n", steps=2, **settings
     )
     assert set(delta) <= set(weights) and any(float(d.abs().sum()) > 0 for d in delta.values())
     (release,) = pool.ledger.releases
     assert (release.groups, release.count, release.label) == (("strong",), 2, "train")
     with pytest.raises(PrivacyError, match="prompt template"):
-        pool.local_dp_finetune(
-            dict(weights),
-            prompt_template=["not", "a", "string"],
-            groups=["strong"],
-            noise_multiplier=1.0,
-            clip_norm=1.0,
-            sample_rate=1.0,
-            steps=1,
-            lr=0.1,
-            max_length=16,
-            label="train",
-        )
-    with pytest.raises(PrivacyError):
-        pool.local_dp_finetune(
-            {"x": np.zeros(3)},
-            prompt_template="",
-            groups=["strong"],
-            noise_multiplier=1.0,
-            clip_norm=1.0,
-            sample_rate=1.0,
-            steps=1,
-            lr=0.1,
-            max_length=16,
-            label="train",
-        )
+        pool.local_dp_finetune(dict(weights), prompt_template=["a"], steps=1, **settings)
+    with pytest.raises(PrivacyError):  # weights must be plain tensors
+        pool.local_dp_finetune({"x": np.zeros(3)}, prompt_template="", steps=1, **settings)

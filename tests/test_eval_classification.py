@@ -69,3 +69,37 @@ def test_single_class_synthetic_set_predicts_that_class_and_macro_f1_counts_miss
 def test_unlabelled_release_is_skipped(ctx):
     out = evaluate(Artifact("texts", texts=["a"]), ctx, [{"name": "classification"}])
     assert "labelled_texts" in out["skipped"]["classification"]
+
+
+def test_a_field_of_composite_codes_is_its_own_task(tmp_path):
+    """Paper 001 scores Yelp's category and rating separately: with ``field`` the classes
+    are one field's values, and both tasks are recorded side by side under their labels."""
+    texts, topics = labelled(15, seed=1)
+    stars = {"farm": "5.0", "city": "1.0", "tale": "1.0"}
+    codes = [f"Business Category: {t}, Review Stars: {stars[t]}" for t in topics]
+    test_texts, test_topics = labelled(20, seed=100)
+    split = make_split([], [], [])
+    split.parts["test"] = [
+        {**r, "label": f"Business Category: {t}, Review Stars: {stars[t]}"}
+        for r, t in zip(records(test_texts, "test"), test_topics, strict=True)
+    ]
+    ctx = EvalContext(split=split, profile=TinyProfile(test_texts), work_dir=tmp_path)
+    out = evaluate(
+        Artifact("labelled_texts", texts=texts, labels=codes),
+        ctx,
+        [
+            {"name": "classification", "label": "category", "field": "Business Category"},
+            {"name": "classification", "label": "rating", "field": "Review Stars"},
+        ],
+    )
+    assert out["metrics"]["category"]["accuracy"] == 1.0
+    assert out["metrics"]["rating"]["accuracy"] == 1.0
+    assert out["metrics"]["rating"]["n_test"] == 60.0
+    assert out["settings"]["rating"]["field"] == "Review Stars"
+    assert out["settings"]["rating"]["f1_average"] == "macro"
+    missing = evaluate(
+        Artifact("labelled_texts", texts=texts, labels=codes),
+        ctx,
+        [{"name": "classification", "field": "Anatomy"}],
+    )
+    assert "no labels for this task" in missing["skipped"]["classification"]

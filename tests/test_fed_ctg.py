@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from benchmark.control_codes import code_field, code_slots
 from benchmark.data import FederatedSplit
 from benchmark.federation.pool import ClientPool
 from benchmark.privacy.ledger import PrivacyLedger
@@ -246,3 +247,10 @@ def test_strong_clients_can_come_from_the_splits_flags(tmp_path):
         _run(tmp_path, 8.0, strong_clients="split")
     record = _run(tmp_path, 8.0, split=flagged, strong_clients="split").record
     assert "train" in _phases(record)
+
+
+def test_composite_codes_parse_into_fields_and_slots():
+    yelp = "Business Category: Bars, Review Stars: 4.0"
+    assert code_field(yelp, "Review Stars") == "4.0" and code_field(yelp, "Anatomy") is None
+    assert code_field("sports", "Review Stars") is None
+    assert code_slots("Bars|4.0")["label_2"] == "4.0"

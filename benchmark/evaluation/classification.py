@@ -15,6 +15,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import accuracy_score, f1_score
 
 from benchmark.artifact import Artifact
+from benchmark.control_codes import code_field
 from benchmark.data import LABEL, TEXT
 from benchmark.evaluation.base import EvalContext, Metric, MetricNotApplicable
 
@@ -48,31 +49,60 @@ def train_and_score(
 
 
 class Classification(Metric):
-    """Accuracy and macro-F1 on the labelled records of ``test_part``."""
+    """Accuracy and macro-F1 on the labelled records of ``test_part``.
+
+    ``field`` names one field of composite control codes (``Review Stars``, ``Anatomy``):
+    the task is then that field's value, as paper 001 scores Yelp's category and rating, and
+    each PubMed MeSH indicator, separately. Records without the field are left out.
+    """
 
     name = "classification"
 
-    def __init__(self, test_part: str = "test", c: float = 1.0, max_iter: int = 1000) -> None:
+    def __init__(
+        self,
+        test_part: str = "test",
+        c: float = 1.0,
+        max_iter: int = 1000,
+        field: str | None = None,
+    ) -> None:
         super().__init__(
-            test_part=test_part, classifier="logistic_regression", c=c, max_iter=max_iter
+            test_part=test_part,
+            classifier="logistic_regression",
+            f1_average="macro",
+            c=c,
+            max_iter=max_iter,
+            **({"field": field} if field is not None else {}),
         )
-        self.test_part, self.c, self.max_iter = test_part, c, max_iter
+        self.test_part, self.c, self.max_iter, self.field = test_part, c, max_iter, field
+
+    def _task(self, label: object) -> str | None:
+        """The class of a label for this task; None leaves the text out."""
+        if label in (None, ""):
+            return None
+        return str(label) if self.field is None else code_field(str(label), self.field)
 
     def check_applicable(self, artifact: Artifact) -> None:
         if artifact.kind != "labelled_texts" or not artifact.texts:
             raise MetricNotApplicable("classification needs a non-empty labelled_texts release")
 
     def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
-        records = [r for r in ctx.split.records(self.test_part) if r.get(LABEL) not in (None, "")]
-        if not records:
-            raise MetricNotApplicable(f"the split's {self.test_part!r} part has no labels")
+        test = [(r[TEXT], self._task(r.get(LABEL))) for r in ctx.split.records(self.test_part)]
+        test = [(text, y) for text, y in test if y is not None]
+        synthetic = [
+            (t, self._task(y)) for t, y in zip(artifact.texts, artifact.labels, strict=True)
+        ]
+        synthetic = [(text, y) for text, y in synthetic if y is not None]
+        if not test or not synthetic:
+            raise MetricNotApplicable(
+                f"no labels for this task in the split's {self.test_part!r} part or the release"
+            )
         self.record(featurizer=ctx.profile.embedder().name)
         scores = train_and_score(
-            ctx.embed(list(artifact.texts)),
-            [str(label) for label in artifact.labels],
-            ctx.embed([r[TEXT] for r in records]),
-            [str(r[LABEL]) for r in records],
+            ctx.embed([text for text, _ in synthetic]),
+            [y for _, y in synthetic],
+            ctx.embed([text for text, _ in test]),
+            [y for _, y in test],
             self.c,
             self.max_iter,
         )
-        return {**scores, "n_synthetic": float(len(artifact.texts)), "n_test": float(len(records))}
+        return {**scores, "n_synthetic": float(len(synthetic)), "n_test": float(len(test))}

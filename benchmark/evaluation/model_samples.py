@@ -33,6 +33,24 @@ def start_tokens(tokenizer: Any, prompts: list[str], n: int, seed: int) -> list[
     return [firsts[i] for i in picks]
 
 
+def ancestral_sample(
+    model: Any, input_ids: torch.Tensor, max_new_tokens: int, temperature: float, eos: int
+) -> torch.Tensor:
+    """Continue each row of ``input_ids`` by ancestral sampling at ``temperature`` (no
+    top-k/top-p), stopping at ``eos``; returns the prompt and continuation ids."""
+    return model.generate(
+        input_ids=input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        do_sample=True,
+        temperature=temperature,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos,
+        pad_token_id=eos,
+    )
+
+
 def sample_texts(
     model: Any,
     tokenizer: Any,
@@ -53,17 +71,7 @@ def sample_texts(
     with seeded(seed), torch.inference_mode():
         for begin in progress(range(0, n, batch_size), f"sample {n} texts", unit="batch"):
             ids = torch.tensor(starts[begin : begin + batch_size], device=device).unsqueeze(1)
-            out = model.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                do_sample=True,
-                temperature=temperature,
-                top_k=0,
-                top_p=1.0,
-                max_new_tokens=max_length - 1,
-                eos_token_id=eos,
-                pad_token_id=eos,
-            )
+            out = ancestral_sample(model, ids, max_length - 1, temperature, eos)
             texts += tokenizer.batch_decode(out, skip_special_tokens=True)
     model.train(was_training)
     return [t.strip() for t in texts if t.strip()]
