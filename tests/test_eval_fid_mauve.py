@@ -122,3 +122,23 @@ def test_model_releases_are_scored_on_texts_sampled_from_them(ctx, tmp_path):
     assert "auc" in near["metrics"]["dcr"]
     again = EvalContext(split=ctx.split, profile=ctx.profile, work_dir=tmp_path, downstream=cfg)
     assert again.release_texts(on_topic, "fid") == fresh.release_texts(on_topic, "fid")
+
+
+def test_mauve_can_featurise_with_a_causal_lm_as_paper_001(tmp_path):
+    """``features: conditional_lm``: the last hidden state at the last token of the
+    profile's conditional LM (GPT-2 in ``paper``); here the tiny profile's."""
+    from benchmark.profiles import get_profile
+
+    test = template_texts(40, seed=2)
+    test[0] = " ".join(["word"] * 400)  # longer than the tiny model's 128-token context
+    ctx = EvalContext(
+        split=make_split(template_texts(40, seed=1), [], test),
+        profile=get_profile("tiny"),
+        work_dir=tmp_path,
+    )
+    spec = [{"name": "mauve", "features": "conditional_lm", "kmeans_num_redo": 1}]
+    same = evaluate(Artifact("texts", texts=test), ctx, spec)
+    assert same["metrics"]["mauve"]["mauve"] == pytest.approx(1.0, abs=1e-6)
+    settings = same["settings"]["mauve"]
+    assert settings["features"] == "conditional_lm" and settings["featurizer"].startswith("gpt2(")
+    assert settings["max_text_tokens"] == 1024

@@ -1,7 +1,9 @@
 """MAUVE between real and synthetic texts (paper 001), with mauve-text on precomputed features.
 
-The featurizer is the profile's sentence embedder (paper 001 used GPT-2/GPT-2-large hidden
-states; its absolute values are therefore not comparable with ours, only trends are). All
+The features (``features``) are the profile's sentence embedder's by default;
+``conditional_lm`` (GPT-2 in ``paper``) or a hub model id (``openai-community/gpt2-large``)
+featurise with a causal LM's last hidden state at the last token, as paper 001's GPT-2 and
+GPT-2-large MAUVE scores do. Values under different featurizers are not comparable. All
 mauve-text knobs are settings and are recorded; ``device_id=-1`` keeps mauve-text from ever
 loading a model. mauve-text (GPL-3.0) is imported only when this metric runs.
 """
@@ -9,6 +11,7 @@ loading a model. mauve-text (GPL-3.0) is imported only when this metric runs.
 from __future__ import annotations
 
 from importlib.metadata import version
+from typing import Any
 
 import numpy as np
 
@@ -66,7 +69,10 @@ class MAUVE(Metric):
         kmeans_explained_var: float = 0.9,
         mauve_scaling_factor: float = 5.0,
         divergence_curve_discretization_size: int = 25,
+        features: str = "embedder",
+        max_text_tokens: int = 1024,
     ) -> None:
+        self.features, self.max_text_tokens = features, max_text_tokens
         self.mauve_settings = {
             "num_buckets": num_buckets,
             "kmeans_num_redo": kmeans_num_redo,
@@ -75,8 +81,13 @@ class MAUVE(Metric):
             "mauve_scaling_factor": mauve_scaling_factor,
             "divergence_curve_discretization_size": divergence_curve_discretization_size,
         }
+        lm_settings = {} if features == "embedder" else {"max_text_tokens": max_text_tokens}
         super().__init__(
-            max_samples=max_samples, reference_part=reference_part, **self.mauve_settings
+            max_samples=max_samples,
+            reference_part=reference_part,
+            features=features,
+            **lm_settings,
+            **self.mauve_settings,
         )
         self.max_samples = max_samples
         self.reference_part = reference_part
@@ -85,8 +96,48 @@ class MAUVE(Metric):
         synthetic, real = ctx.compared_sets(
             artifact, self.name, self.reference_part, self.max_samples
         )
-        self.record(featurizer=ctx.profile.embedder().name, mauve_text=version("mauve-text"))
-        scores = mauve_from_features(
-            ctx.embed(real), ctx.embed(synthetic), seed=ctx.seed, **self.mauve_settings
-        )
+        self.record(mauve_text=version("mauve-text"))
+        if self.features == "embedder":
+            self.record(featurizer=ctx.profile.embedder().name)
+            p, q = ctx.embed(real), ctx.embed(synthetic)
+        else:
+            model, tokenizer, name = self._causal_lm(ctx)
+            self.record(featurizer=name)
+            p = lm_features(model, tokenizer, real, self.max_text_tokens)
+            q = lm_features(model, tokenizer, synthetic, self.max_text_tokens)
+        scores = mauve_from_features(p, q, seed=ctx.seed, **self.mauve_settings)
         return {**scores, "n_synthetic": float(len(synthetic)), "n_real": float(len(real))}
+
+    def _causal_lm(self, ctx: EvalContext) -> tuple[Any, Any, str]:
+        """``conditional_lm``: the profile's (GPT-2 in ``paper``, paper 001's first
+        featurizer); otherwise a hub model id (``openai-community/gpt2-large``)."""
+        if self.features == "conditional_lm":
+            lm = ctx.profile.conditional_lm()
+            return lm.new_model(0), lm.tokenizer, lm.name
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from benchmark.profiles.hub import from_hub
+
+        model = from_hub(AutoModelForCausalLM.from_pretrained, self.features, "main")
+        tokenizer = from_hub(AutoTokenizer.from_pretrained, self.features, "main")
+        return model.eval(), tokenizer, self.features
+
+
+def lm_features(model: Any, tokenizer: Any, texts: list[str], max_tokens: int) -> np.ndarray:
+    """MAUVE's text features from a causal LM: the last layer's hidden state at each
+    text's last token (mauve-text's own featurisation), one text at a time, texts
+    truncated to ``max_tokens`` tokens."""
+    import torch
+
+    config = model.config
+    context = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", 0)
+    max_tokens = min(max_tokens, context or max_tokens)  # never past the model's context
+    rows = []
+    with torch.inference_mode():
+        for text in texts:
+            ids = tokenizer(text, truncation=True, max_length=max_tokens)["input_ids"] or [
+                tokenizer.eos_token_id
+            ]
+            out = model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+            rows.append(out.hidden_states[-1][0, -1].float().numpy())
+    return np.stack(rows)
