@@ -41,6 +41,13 @@ Variants, by params:
   uniformly at random, no vote release);
 - ε = ∞ (``privacy.epsilon: .inf``): the same pipeline without noise.
 
+Evaluation (the evaluator's, set in the spec's metrics): ``classification`` trains a
+probe on the release and scores the real test texts (accuracy and macro-F1; with
+``field: Business Category`` / ``Review Stars`` for Yelp's two tasks, ``field: Anatomy``
+etc. for PubMed's per-MeSH tasks, on the builders' paper-001 code strings: yelp
+``label=paper001``, pubmed ``label=mesh_indicators``); ``mauve`` with ``features:
+conditional_lm`` (GPT-2 in ``paper``) and ``features: openai-community/gpt2-large``.
+
 Choices the paper leaves open (and why):
 
 - Control codes: ``codes`` in the params, else the distinct labels of the validation part
