@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.federation.clients import ClientBatch, ClientData
+from benchmark.federation.clients import ClientBatch
 from benchmark.profiles.base import Embedder
 
 
@@ -57,30 +57,29 @@ class KNNVotes:
     """Algorithm A.2 on the clients: each sample's K nearest same-code candidates get a vote.
 
     The payload holds the candidates' embeddings (computed by the server from the public
-    synthetic texts), their code positions, ``codes`` and ``k``. Each sample's embedding is
-    memoised on the client (it is computed once per run). Ties go to the lower index.
+    synthetic texts), their code positions, ``codes`` and ``k``. Voting happens once per
+    run, so the samples' embeddings are computed here and not memoised (a memo would be
+    kept in the pool's checkpoint). Rows are float32 (one row of |candidates| per sample).
+    Ties go to the lower index.
     """
 
     def __init__(self, embedder: Embedder) -> None:
         self.embedder = embedder
 
-    def _embed(self, clients: list[ClientData]) -> np.ndarray:
-        vectors = self.embedder.embed([c.texts[0] for c in clients])
-        return np.asarray(vectors, dtype=np.float32).reshape(len(clients), self.embedder.dim)
-
     def __call__(self, batch: ClientBatch, payload: dict[str, Any]) -> np.ndarray:
         candidates = np.asarray(payload["embeddings"], dtype=np.float32)
         candidate_codes = np.asarray(payload["candidate_codes"])
         codes, k = list(payload["codes"]), int(payload["k"])
-        embeddings = batch.memo_rows(f"fed_ctg:{self.embedder.name}", self._embed)
-        votes = np.zeros((len(batch), len(candidates)))
-        for row, client in enumerate(batch.clients):
+        clients = batch.clients
+        embeddings = np.asarray(
+            self.embedder.embed([c.texts[0] for c in clients]), dtype=np.float32
+        ).reshape(len(clients), self.embedder.dim)
+        votes = np.zeros((len(clients), len(candidates)), dtype=np.float32)
+        for row, client in enumerate(clients):
             same_code = np.flatnonzero(candidate_codes == code_index(codes, client.labels[0]))
-            if code_index(codes, client.labels[0]) < 0 or not len(same_code):
-                continue
-            distances = np.linalg.norm(candidates[same_code] - embeddings[row], axis=1)
-            nearest = same_code[np.argsort(distances, kind="stable")[:k]]
-            votes[row, nearest] = 1.0
+            if len(same_code):  # none for a code without candidates, or for no code (-1)
+                distances = np.linalg.norm(candidates[same_code] - embeddings[row], axis=1)
+                votes[row, same_code[np.argsort(distances, kind="stable")[:k]]] = 1.0
         return votes
 
 

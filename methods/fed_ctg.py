@@ -69,8 +69,18 @@ Choices the paper leaves open (and why):
   selection (not stated: the last round is kept, no private data is spent on selection).
 - ``local_sample_rate`` is one rate for every client (the ledger needs one): ``paper`` is
   256/15,000, the batch over the Yelp IID client size.
-- Distance for the KNN votes: L2 between embeddings; negative noisy votes and counts are
-  clipped to 0 (not stated); empty generations are dropped.
+- Distance for the KNN votes: L2 between the encoder's unit-norm embeddings (the same
+  ranking as cosine); negative noisy votes and counts are clipped to 0 (not stated); a
+  profile with no positive count shares the candidates out uniformly; empty generations
+  are dropped.
+- ε = ∞ runs with the same hyperparameters as the DP runs (a controlled comparison), where
+  the paper tunes its non-DP runs apart (γ 5e-6, η 5e-5, R 100, batch 32) and keeps the
+  checkpoint of least evaluation loss.
+- The uniform control keeps r·s of all candidates uniformly (Table A.14), not r per code.
+- DP-SGD normalises by a public expected batch size ``local_batch_size`` (paper: 256),
+  never by q·|D_i|, which is private.
+- At paper scale the vote rows are dense (|D_i| × s floats per client: 15,000 × 50,000
+  for Yelp, 3 GB in float32); a per-code sparse release is future work.
 - The generator is the profile's conditional LM, which the harness's local DP-SGD trains:
   GPT-2 in ``paper`` (the Yelp generator; PubMed's GPT-2-large is a profile setting),
   SmolLM2-135M-Instruct in ``cpu`` (the only pretrained causal LM that ships in a package,
@@ -91,7 +101,6 @@ import numpy as np
 import torch
 
 from benchmark.artifact import Artifact
-from benchmark.control_codes import code_slots
 from benchmark.data import LABEL
 from benchmark.evaluation.model_samples import ancestral_sample
 from benchmark.federation.local_dp_sgd import control_prompt
@@ -117,11 +126,13 @@ PUBMED_ZERO_SHOT = (
     "{covered} but does not cover topics {not_covered}:\n\n"
 )
 GENERIC_ZERO_SHOT = "Please generate a text about {label}:\n\n"
-STRONG, WEAK = "strong", "weak"
+STRONG_GROUP, WEAK_GROUP = "strong", "weak"
 REFINEMENTS = ("votes", "uniform", "none")
 SERVER_OPTIMIZERS = ("sgd", "adam")
 DELTA_RULES = {"spec": None, "ln": math.log, "log10": math.log10}
-ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
+# FedAdam's β and adaptivity τ = 1e-3 (Reddi et al. 2021's usual range; with Adam's 1e-8 a
+# noisy delta moves every weight by ±η in the first round)
+ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-3
 
 _COMMON = {
     "codes": None,
@@ -146,6 +157,7 @@ _CONFIGS: dict[str, dict[str, Any]] = {
         "rounds": 200,
         "local_steps": 50,
         "local_sample_rate": 256 / 15_000,
+        "local_batch_size": 256,
         "client_lr": 5e-4,
         "server_optimizer": "adam",
         "server_lr": 1e-3,
@@ -153,6 +165,7 @@ _CONFIGS: dict[str, dict[str, Any]] = {
         "num_synthetic": 10_000,
         "generate_batch_size": 64,
         "vote_encoder": "sentence-transformers/stsb-roberta-base-v2",
+        "zero_shot_template": YELP_ZERO_SHOT,
         "delta_rule": "ln",
     },
     # cpu (SmolLM2-135M, ~0.9 s per per-sample backward on one core): 2 rounds of 5 local
@@ -164,6 +177,7 @@ _CONFIGS: dict[str, dict[str, Any]] = {
         "rounds": 2,
         "local_steps": 5,
         "local_sample_rate": 0.5,
+        "local_batch_size": 11,  # 0.5 × the ~22 samples of the cpu split's IID clients
         "client_lr": 1e-3,
         "server_optimizer": "sgd",
         "server_lr": 1.0,
@@ -175,6 +189,7 @@ _CONFIGS: dict[str, dict[str, Any]] = {
         "rounds": 1,
         "local_steps": 2,
         "local_sample_rate": 0.5,
+        "local_batch_size": 2,
         "client_lr": 0.05,
         "server_optimizer": "sgd",
         "server_lr": 1.0,
@@ -183,15 +198,6 @@ _CONFIGS: dict[str, dict[str, Any]] = {
         "generate_batch_size": 16,
     },
 }
-
-
-def fill_code(template: str, code: str) -> str:
-    """``template`` with its slots (:func:`code_slots`) replaced by plain replacement, as
-    the harness fills ``{label}`` in the control prompts it trains on."""
-    out = control_prompt(template, code)
-    for slot, value in code_slots(code).items():
-        out = out.replace("{" + slot + "}", value)
-    return out
 
 
 def generate_for_prompt(
@@ -301,8 +307,10 @@ class FedCTG(Method):
         if not weak:
             raise SpecError(f"fed_ctg: {len(strong)} strong clients leave no weak client of {n}")
         if strong:
-            ctx.pool.define_group(STRONG, strong)
-        ctx.pool.define_group(WEAK, weak)
+            ctx.pool.define_group(STRONG_GROUP, strong)
+        ctx.pool.define_group(WEAK_GROUP, weak)
+        if self.config["refinement"] == "votes":
+            self._vote_embedder(ctx)  # loads now, not after hours of training
         model = ctx.profile.conditional_lm().new_model(0)
         return {"codes": codes, "params": flat_params(model), "moments": {}}
 
@@ -346,10 +354,11 @@ class FedCTG(Method):
         delta = ctx.pool.local_dp_finetune(
             dict(model.state_dict()),
             prompt_template=cfg["control_template"],
-            groups=[STRONG],
+            groups=[STRONG_GROUP],
             noise_multiplier=sigma,
             clip_norm=cfg["clip_norm"],
             sample_rate=cfg["local_sample_rate"],
+            batch_size=cfg["local_batch_size"],
             steps=cfg["local_steps"],
             lr=cfg["client_lr"],
             max_length=cfg["max_length"],
@@ -368,7 +377,7 @@ class FedCTG(Method):
         self, ctx: MethodContext, state: dict[str, Any], round_index: int
     ) -> dict[str, Any]:
         cfg, codes = self.config, state["codes"]
-        groups = [g for g in (STRONG, WEAK) if self._train_rounds() or g == WEAK]
+        groups = [STRONG_GROUP, WEAK_GROUP] if self._train_rounds() else [WEAK_GROUP]
         profile = ctx.pool.local_gaussian(
             CodeCounts(),
             {"codes": codes},
@@ -390,7 +399,7 @@ class FedCTG(Method):
             generated = generate_for_prompt(
                 model,
                 ctx.profile.conditional_lm().tokenizer,
-                fill_code(template, code),
+                control_prompt(template, code),
                 int(count),
                 seed=int(ctx.rng(round_index, 2 + j).integers(2**31)),
                 max_length=cfg["max_length"],
@@ -427,7 +436,7 @@ class FedCTG(Method):
             dim=len(texts),
             clip_norm=math.sqrt(k),
             noise_multiplier=self._gaussian_sigma(ctx, "vote"),
-            groups=[WEAK],
+            groups=[WEAK_GROUP],
             label="vote",
         ).noisy_sum
         return {**state, "votes": votes}
@@ -437,16 +446,16 @@ class FedCTG(Method):
         refinement = self.config["refinement"]
         if refinement == "none":
             return Artifact(kind=self.artifact_kind, texts=texts, labels=labels)
-        weights = state["votes"] if refinement == "votes" else np.ones(len(texts))
-        rng, kept = ctx.rng(self.num_rounds()), []
-        by_code = np.asarray(labels, dtype=object)
-        for code in state["codes"]:
-            positions = np.flatnonzero(by_code == code)
-            chosen = sample_without_replacement(
-                weights[positions], self.config["sampling_rate"], rng
-            )
-            kept += [int(positions[i]) for i in chosen]
-        kept.sort()
+        rng, rate = ctx.rng(self.num_rounds()), self.config["sampling_rate"]
+        if refinement == "uniform":  # Table A.14: r·s of all candidates, uniformly
+            kept = sorted(sample_without_replacement(np.ones(len(texts)), rate, rng).tolist())
+        else:
+            kept, by_code = [], np.asarray(labels, dtype=object)
+            for code in state["codes"]:
+                positions = np.flatnonzero(by_code == code)
+                chosen = sample_without_replacement(state["votes"][positions], rate, rng)
+                kept += [int(positions[i]) for i in chosen]
+            kept.sort()
         return Artifact(
             kind=self.artifact_kind,
             texts=[texts[i] for i in kept],

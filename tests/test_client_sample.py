@@ -209,7 +209,7 @@ def test_local_dp_finetune_runs_harness_dp_sgd_and_records_the_strong_group():
     pool.define_group("strong", [0, 1])
     weights = profile.conditional_lm().new_model(0).state_dict()
     settings = {"groups": ["strong"], "noise_multiplier": 1.0, "clip_norm": 1.0}
-    settings |= {"sample_rate": 1.0, "lr": 0.1, "max_length": 16, "label": "train"}
+    settings |= {"sample_rate": 1.0, "batch_size": 3, "lr": 0.1, "max_length": 16, "label": "train"}
     delta = pool.local_dp_finetune(
         dict(weights), prompt_template="Book: {label}\n", steps=2, **settings
     )

@@ -11,6 +11,7 @@ import torch
 
 from benchmark.control_codes import code_field, code_slots
 from benchmark.data import FederatedSplit
+from benchmark.federation.local_dp_sgd import control_prompt
 from benchmark.federation.pool import ClientPool
 from benchmark.privacy.ledger import PrivacyLedger
 from benchmark.profiles import new_profile
@@ -23,7 +24,7 @@ from methods.ctg_refinement import (
     sample_without_replacement,
     samples_per_code,
 )
-from methods.fed_ctg import PUBMED_ZERO_SHOT, YELP_ZERO_SHOT, fill_code, server_step
+from methods.fed_ctg import PUBMED_ZERO_SHOT, YELP_ZERO_SHOT, server_step
 
 
 def test_samples_per_code_clips_negative_noisy_counts_and_normalises():
@@ -46,23 +47,24 @@ def test_zero_shot_prompts_fill_the_paper_code_strings():
     """Paper 001 §1.2's verbatim prompts from the builders' code strings (yelp
     ``label=paper001``, pubmed ``label=mesh_indicators``) and from ``a|b`` codes."""
     yelp = "Please generate a review about business category Bars with rating star 4.0:\n\n"
-    assert fill_code(YELP_ZERO_SHOT, "Business Category: Bars, Review Stars: 4.0") == yelp
-    assert fill_code(YELP_ZERO_SHOT, "Bars|4.0") == yelp
+    assert control_prompt(YELP_ZERO_SHOT, "Business Category: Bars, Review Stars: 4.0") == yelp
+    assert control_prompt(YELP_ZERO_SHOT, "Bars|4.0") == yelp
     code = "Anatomy: 1, Diseases: 0, Chemicals and Drugs: 1, Named Groups: 0, Health Care: 0"
-    assert fill_code(PUBMED_ZERO_SHOT, code) == (
+    assert control_prompt(PUBMED_ZERO_SHOT, code) == (
         "Please generate a scientific abstract on a biomedical study that covers topics "
         "Anatomy, Chemicals and Drugs but does not cover topics Diseases, Named Groups, "
         "Health Care:\n\n"
     )
-    assert fill_code("{label}\n", "sports") == "sports\n"
+    assert control_prompt("{label}\n", "sports") == "sports\n"
 
 
-def test_server_step_sgd_is_fedavg_and_adam_moves_each_coordinate_by_about_lr():
+def test_server_step_sgd_is_fedavg_and_adam_is_fedadam():
     params, delta = torch.zeros(3), torch.tensor([1.0, -2.0, 0.5])
     assert torch.equal(server_step(params, delta, {}, "sgd", 1.0), delta)
     moments: dict = {}
     stepped = server_step(params, delta, moments, "adam", 1e-3)
-    assert torch.allclose(stepped, 1e-3 * torch.sign(delta), atol=1e-6)
+    # first step: m̂ = −Δ, √v̂ = |Δ|, so θ moves by η·Δ/(|Δ| + τ), τ = 1e-3
+    assert torch.allclose(stepped, 1e-3 * delta / (delta.abs() + 1e-3), atol=1e-7)
     assert moments["step"] == 1
 
 

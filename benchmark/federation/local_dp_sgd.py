@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmark.control_codes import code_slots
 from benchmark.data import LABEL, TEXT
 from benchmark.privacy.errors import PrivacyError
 
-LABEL_SLOT = "{label}"
 IGNORE = -100  # label id the LM loss skips (the prompt's tokens)
 
 
@@ -34,24 +34,31 @@ IGNORE = -100  # label id the LM loss skips (the prompt's tokens)
 class LocalDPSGD:
     """One client's local training: ``steps`` DP-SGD steps at Poisson rate ``sample_rate``.
 
-    The update is θ ← θ − lr · (Σ clip(g_i) + N(0, σ²C²)) / (sample_rate · n), the mean
-    over the expected batch size, as in Alg. A.3 and opacus. ``noise_multiplier`` 0 (the
-    non-private bound) trains without clipping or noise.
+    The update is θ ← θ − lr · (Σ clip(g_i) + N(0, σ²C²)) / ``batch_size``, the mean over
+    the expected batch size, as in Alg. A.3 and opacus. ``batch_size`` is a public number
+    the method sets (paper 001: 256), not q·n: the client's sample count n is private, and
+    a divisor that depends on it would leave the Gaussian analysis. ``noise_multiplier`` 0
+    (the non-private bound) trains without clipping or noise.
     """
 
     prompt_template: str
     noise_multiplier: float
     clip_norm: float
     sample_rate: float
+    batch_size: float
     steps: int
     lr: float
     max_length: int
 
 
 def control_prompt(template: str, label: Any) -> str:
-    """The control-code prompt of a sample: ``template`` with ``{label}`` replaced (plain
-    replacement, not ``str.format``, which would evaluate attribute lookups)."""
-    return template.replace(LABEL_SLOT, str(label))
+    """The control-code prompt of a sample: ``template`` with the code's slots
+    (:func:`benchmark.control_codes.code_slots`: ``{label}``, ``{label_1}``, …) replaced by
+    plain replacement, not ``str.format``, which would evaluate attribute lookups. Methods
+    fill their generation prompts with this same function."""
+    for slot, value in code_slots(str(label)).items():
+        template = template.replace("{" + slot + "}", value)
+    return template
 
 
 def conditional_example(
@@ -93,7 +100,7 @@ class LocalLMTrainer:
     ) -> dict[str, torch.Tensor]:
         """The model delta of one client's local training from ``weights``."""
         lm = self._conditional_lm()
-        model = lm.new_model(0)
+        model = lm.new_model(0).to(training_device())
         model.load_state_dict(weights, strict=True)
         examples = [
             conditional_example(
@@ -109,7 +116,7 @@ class LocalLMTrainer:
         with torch.random.fork_rng():
             torch.manual_seed(seed % 2**63)
             train_locally(model, examples, config, np.random.default_rng(seed))
-        return {name: p.detach() - start[name] for name, p in params.items()}
+        return {name: (p.detach() - start[name]).cpu() for name, p in params.items()}
 
 
 def train_locally(
@@ -121,8 +128,8 @@ def train_locally(
     """``config.steps`` DP-SGD steps of ``model`` on ``examples`` (in place)."""
     params = [p for p in model.parameters() if p.requires_grad]
     private = config.noise_multiplier > 0
-    expected = max(config.sample_rate * len(examples), 1e-12)
-    noise = torch.Generator().manual_seed(int(rng.integers(2**62)))
+    device = params[0].device
+    noise = torch.Generator(device=device).manual_seed(int(rng.integers(2**62)))
     model.train()
     for _ in range(config.steps):
         chosen = np.flatnonzero(rng.random(len(examples)) < config.sample_rate)
@@ -130,7 +137,7 @@ def train_locally(
         for i in chosen:
             ids, labels = examples[i]
             model.zero_grad(set_to_none=True)
-            model(input_ids=ids[None], labels=labels[None]).loss.backward()
+            model(input_ids=ids[None].to(device), labels=labels[None].to(device)).loss.backward()
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
             scale = per_sample_scale(grads, config.clip_norm) if private else 1.0
             for acc, grad in zip(total, grads, strict=True):
@@ -139,10 +146,15 @@ def train_locally(
             for p, acc in zip(params, total, strict=True):
                 if private:
                     std = config.noise_multiplier * config.clip_norm
-                    acc.add_(torch.normal(0.0, std, acc.shape, generator=noise))
-                p.sub_(acc, alpha=config.lr / expected)
+                    acc.add_(torch.normal(0.0, std, acc.shape, generator=noise, device=device))
+                p.sub_(acc, alpha=config.lr / config.batch_size)
     model.zero_grad(set_to_none=True)
     model.eval()
+
+
+def training_device() -> str:
+    """The GPU when there is one (``paper``), else the CPU."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def per_sample_scale(grads: list[torch.Tensor], clip_norm: float) -> float:

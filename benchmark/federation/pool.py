@@ -736,6 +736,7 @@ class ClientPool:
         noise_multiplier: float,
         clip_norm: float,
         sample_rate: float,
+        batch_size: float,
         steps: int,
         lr: float,
         max_length: int,
@@ -746,8 +747,9 @@ class ClientPool:
         Every client fine-tunes the profile's conditional LM, starting from ``weights`` (a
         state dict), on its own samples for ``steps`` DP-SGD steps: Poisson batches at
         ``sample_rate``, per-sample clipping to ``clip_norm``, Gaussian noise, SGD at
-        ``lr``, loss −log p(x | c) with c = ``prompt_template`` filled with the sample's
-        label (:mod:`benchmark.federation.local_dp_sgd`). The whole training is harness
+        ``lr`` over the public expected ``batch_size``, loss −log p(x | c) with
+        c = ``prompt_template`` filled with the sample's label
+        (:mod:`benchmark.federation.local_dp_sgd`). The whole training is harness
         code run in this (trusted) process: the method supplies tensors and numbers only.
         Returns the mean of the clients' model deltas (each already DP for its client's
         samples; the mean is post-processing). Records ``steps`` compositions of the
@@ -764,26 +766,30 @@ class ClientPool:
             noise_multiplier=plain_number("noise_multiplier", noise_multiplier),
             clip_norm=plain_number("clip_norm", clip_norm),
             sample_rate=plain_number("sample_rate", sample_rate),
+            batch_size=plain_number("batch_size", batch_size),
             steps=plain_number("steps", steps, integer=True),
             lr=plain_number("lr", lr),
             max_length=plain_number("max_length", max_length, integer=True),
         )
         nonprivate = self._check_mechanism(config.clip_norm, config.noise_multiplier)
-        if not 0 < config.sample_rate <= 1 or config.steps < 1:
-            raise PrivacyError("local DP-SGD needs sample_rate in (0, 1] and steps >= 1")
+        if not 0 < config.sample_rate <= 1 or config.steps < 1 or config.batch_size <= 0:
+            raise PrivacyError(
+                "local DP-SGD needs sample_rate in (0, 1], batch_size > 0 and steps >= 1"
+            )
         if self._local_trainer is None:
             raise PrivacyError("this pool has no local trainer (the runner gives it one)")
         start = time.perf_counter()
-        deltas = [
-            self._local_trainer.finetune(
+        total: dict[str, Any] = {}
+        for c in members:  # a running sum: one client's delta in memory at a time
+            delta = self._local_trainer.finetune(
                 weights,
                 [self._records[u][0] for u in self._silos[c]],
                 config,
                 seed=int(self._rng(4, c).integers(2**63)),
             )
-            for c in members
-        ]
-        mean = {name: sum(d[name] for d in deltas) / len(deltas) for name in deltas[0]}
+            for name, tensor in delta.items():
+                total[name] = total[name] + tensor if name in total else tensor
+        mean = {name: tensor / len(members) for name, tensor in total.items()}
         self.costs.add(
             len(members),
             sum(t.numel() for t in weights.values()),
