@@ -103,7 +103,7 @@ import torch
 from benchmark.artifact import Artifact
 from benchmark.data import LABEL
 from benchmark.evaluation.model_samples import ancestral_sample
-from benchmark.federation.local_dp_sgd import control_prompt
+from benchmark.federation.local_dp_sgd import control_prompt, training_device
 from benchmark.method import Method, MethodContext
 from benchmark.privacy.accountants import analytic_gaussian_sigma
 from benchmark.profiles.base import Embedder
@@ -221,7 +221,7 @@ def generate_for_prompt(
     texts: list[str] = []
     with seeded(seed), torch.inference_mode():
         for begin in range(0, n, batch_size):
-            ids = torch.tensor([prompt_ids] * min(batch_size, n - begin))
+            ids = torch.tensor([prompt_ids] * min(batch_size, n - begin), device=model.device)
             out = ancestral_sample(model, ids, new_tokens, temperature, eos)
             texts += tokenizer.batch_decode(out[:, len(prompt_ids) :], skip_special_tokens=True)
     return [t.strip() for t in texts if t.strip()]
@@ -390,7 +390,7 @@ class FedCTG(Method):
         candidates = cfg["num_synthetic"]
         if cfg["refinement"] != "none":
             candidates = round(cfg["num_synthetic"] / cfg["sampling_rate"])
-        model = self._model(ctx, state["params"])
+        model = self._model(ctx, state["params"]).to(training_device())
         template = cfg["control_template"] if cfg["finetune"] else cfg["zero_shot_template"]
         texts, labels = [], []
         for j, (code, count) in enumerate(
