@@ -220,3 +220,28 @@ def test_local_dp_finetune_runs_harness_dp_sgd_and_records_the_strong_group():
         pool.local_dp_finetune(dict(weights), prompt_template=["a"], steps=1, **settings)
     with pytest.raises(PrivacyError):  # weights must be plain tensors
         pool.local_dp_finetune({"x": np.zeros(3)}, prompt_template="", steps=1, **settings)
+
+
+def test_local_dp_sgd_divides_by_the_public_batch_size_not_the_clients_count():
+    """θ moves by lr/B · Σ g for the method's public B whatever the client's sample count
+    (a divisor q·n would depend on the private n)."""
+    import torch
+
+    from benchmark.federation.local_dp_sgd import LocalDPSGD, conditional_example, train_locally
+    from benchmark.profiles import new_profile
+
+    lm = new_profile("tiny").conditional_lm()
+    model = lm.new_model(0)
+    for module in model.modules():  # no dropout: the reference gradient is deterministic
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    example = conditional_example(lm.tokenizer, "Gen\n", "in the beginning", 16)
+    ids, labels = example
+    model.zero_grad()
+    model(input_ids=ids[None], labels=labels[None]).loss.backward()
+    expected = {n: -0.1 / 4 * p.grad.clone() for n, p in model.named_parameters()}
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    config = LocalDPSGD("", 0.0, 1.0, 1.0, batch_size=4, steps=1, lr=0.1, max_length=16)
+    train_locally(model, [example], config, np.random.default_rng(0))
+    for name, p in model.named_parameters():
+        assert torch.allclose(p.detach() - before[name], expected[name], atol=1e-6)
