@@ -22,6 +22,7 @@ from leaderboard.tables import (
     LOWER_IS_BETTER,
     ROLE_ORDER,
     Cell,
+    apart_by_unit,
     build_table,
     cell_of,
     format_cell,
@@ -147,6 +148,7 @@ def _row_class(row: Row, best: bool = False) -> str:
 def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[str, str]) -> str:
     """What a reader came for: the headline metric with its CI and the gap it closes."""
     table = build_table(rows, split, metric)
+    rows, _ = apart_by_unit([r for r in rows if r.split == split])  # names as in the table
     head = ["method", "ε", metric_label(metric) + " (mean ± 95% CI)", "gap closed", "seeds"]
     sign = 1 if metric in LOWER_IS_BETTER else -1
 
