@@ -55,10 +55,8 @@ class MethodContext:
         """
         from benchmark.privacy.accountants import noise_multiplier_for
 
-        if math.isinf(self.privacy.epsilon):
-            return 0.0
         eps = self.privacy.epsilon if epsilon is None else epsilon
-        if math.isinf(eps):
+        if math.isinf(self.privacy.epsilon) or math.isinf(eps):
             return 0.0
         if eps <= 0:
             raise SpecError("privacy.epsilon: 0 allows no private release; use public_only")

@@ -74,6 +74,10 @@ def _epsilon_value(value: float | str) -> float:
     return float("inf") if value == "inf" else float(value)
 
 
+def _epsilon_json(value: float) -> float | str:
+    return "inf" if value == float("inf") else value
+
+
 def _group_epsilons(run_records: list[dict[str, Any]]) -> dict[str, Any]:
     """Each client group's ε, the worst over the seeds (grouped ledgers only: paper 001's
     strong and weak clients pay for different phases; ``epsilon`` is the worst group's)."""
@@ -81,7 +85,7 @@ def _group_epsilons(run_records: list[dict[str, Any]]) -> dict[str, Any]:
     if not all(by_run):
         return {}
     worst = {group: max(_epsilon_value(groups[group]) for groups in by_run) for group in by_run[0]}
-    return {"group_epsilons": {g: "inf" if e == float("inf") else e for g, e in worst.items()}}
+    return {"group_epsilons": {g: _epsilon_json(e) for g, e in worst.items()}}
 
 
 def build_entry(run_records: Sequence[dict[str, Any]], lb_version: str) -> dict[str, Any]:
@@ -116,7 +120,7 @@ def build_entry(run_records: Sequence[dict[str, Any]], lb_version: str) -> dict[
             **{k: first["privacy"][k] for k in ("epsilon_budget", "delta", "unit", "accountant")},
             "guarantee": first["privacy"]["guarantee"],
             "noise_seed": first["privacy"]["noise_seed"],
-            "epsilon": "inf" if eps == float("inf") else eps,
+            "epsilon": _epsilon_json(eps),
             "ledgers": [r["privacy"]["ledger"] for r in run_records],
             **_group_epsilons(run_records),
         },

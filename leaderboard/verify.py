@@ -26,43 +26,49 @@ def _eps(value: float | str) -> float:
     return math.inf if value == "inf" else float(value)
 
 
-def _check_group_epsilons(privacy: dict[str, Any]) -> None:
-    """Each claimed group ε is the worst over the entry's ledgers of that group's ε."""
-    per_ledger = [
-        group_epsilons(
-            PrivacyLedger.from_json(ledger).releases, privacy["delta"], privacy["accountant"]
-        )
-        for ledger in privacy["ledgers"]
-    ]
+def _matches(claimed: float, recomputed: float) -> bool:
+    """A claimed ε agrees with the recomputed one (exactly, for ∞; else to the tolerance)."""
+    return recomputed == claimed or abs(recomputed - claimed) <= EPSILON_TOLERANCE * max(1, claimed)
+
+
+def _checked_group_epsilons(privacy: dict[str, Any], ledgers: list[Any]) -> float:
+    """Check each claimed group ε against the worst over the ledgers of that group's ε;
+    return the worst group's ε (the entry's ε), computed once from the same numbers."""
+    try:
+        per_ledger = [
+            group_epsilons(releases, privacy["delta"], privacy["accountant"])
+            for releases in ledgers
+        ]
+    except ValueError as exc:
+        raise EntryError(f"group_epsilons: {exc}") from exc
     claimed = {g: _eps(e) for g, e in privacy["group_epsilons"].items()}
     if any(set(groups) != set(claimed) for groups in per_ledger):
         raise EntryError(f"group_epsilons names {sorted(claimed)}, not the ledgers' groups")
     for group, eps in claimed.items():
         recomputed = max(groups[group] for groups in per_ledger)
-        if abs(recomputed - eps) > EPSILON_TOLERANCE * max(1, eps) and recomputed != eps:
+        if not _matches(eps, recomputed):
             raise EntryError(f"group {group!r}: epsilon {eps} is not the ledgers' {recomputed:.6f}")
+    return max(max(groups.values(), default=0.0) for groups in per_ledger)
 
 
 def check_entry(entry: dict[str, Any], split_hashes: dict[str, str] | None = None) -> None:
     """Raise :class:`EntryError` naming the first inconsistency of a (schema-valid) entry."""
     privacy = entry["privacy"]
-    recomputed = max(
-        epsilon_from_ledger(
-            PrivacyLedger.from_json(ledger).releases, privacy["delta"], privacy["accountant"]
+    ledgers = [PrivacyLedger.from_json(ledger).releases for ledger in privacy["ledgers"]]
+    if "group_epsilons" in privacy:
+        recomputed = _checked_group_epsilons(privacy, ledgers)
+    else:
+        recomputed = max(
+            epsilon_from_ledger(releases, privacy["delta"], privacy["accountant"])
+            for releases in ledgers
         )
-        for ledger in privacy["ledgers"]
-    )
     claimed, budget = _eps(privacy["epsilon"]), _eps(privacy["epsilon_budget"])
-    if not (
-        recomputed == claimed or abs(recomputed - claimed) <= EPSILON_TOLERANCE * max(1, claimed)
-    ):
+    if not _matches(claimed, recomputed):
         raise EntryError(
             f"epsilon {claimed} does not match {recomputed:.6f} recomputed from the stored ledgers"
         )
     if recomputed > budget + EPSILON_TOLERANCE:
         raise EntryError(f"epsilon {recomputed:.6f} exceeds the entry's budget {budget}")
-    if "group_epsilons" in privacy:
-        _check_group_epsilons(privacy)
     split = entry["split"]
     if split_hashes is not None:
         expected = split_hashes.get(split["version"])

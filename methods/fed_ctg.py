@@ -170,8 +170,8 @@ _CONFIGS: dict[str, dict[str, Any]] = {
     },
     # cpu (SmolLM2-135M, ~0.9 s per per-sample backward on one core): 2 rounds of 5 local
     # steps at rate 0.5 on clients of tens of samples, FedAvg (η = 1). γ = 1e-3 keeps the
-    # DP noise added to a weight, σ·γ/(q·n)·√(R·τ), near 1e-3 (σ ≈ 1.3, q·n ≈ 11), well
-    # under the weights' scale: a larger γ buys no signal at this batch size, only noise.
+    # DP noise added to a weight, σ·γ/B·√(R·τ), near 1e-3 (σ ≈ 1.1, B = 11), well under
+    # the weights' scale: a larger γ buys no signal at this batch size, only noise.
     # 100 final samples from 500 candidates (2.6 samples/s).
     "cpu": {
         "rounds": 2,
@@ -250,6 +250,7 @@ class FedCTG(Method):
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
+        self._voter: Embedder | None = None  # the vote encoder, loaded once per process
         for key, allowed in (
             ("refinement", REFINEMENTS),
             ("server_optimizer", SERVER_OPTIMIZERS),
@@ -312,7 +313,15 @@ class FedCTG(Method):
         if self.config["refinement"] == "votes":
             self._vote_embedder(ctx)  # loads now, not after hours of training
         model = ctx.profile.conditional_lm().new_model(0)
-        return {"codes": codes, "params": flat_params(model), "moments": {}}
+        state = {"codes": codes, "params": flat_params(model), "moments": {}}
+        if self._train_rounds():  # one calibration for all R·τ steps
+            state["train_sigma"] = ctx.noise_for(
+                steps=self.config["rounds"] * self.config["local_steps"],
+                sample_rate=self.config["local_sample_rate"],
+                epsilon=self._epsilon(ctx, "train"),
+                delta=self._phase_delta(ctx),
+            )
+        return state
 
     def _strong_clients(self, ctx: MethodContext) -> list[int]:
         """C_s: the split's flags (``split``: its non-IID strong clients hold the skewed
@@ -343,19 +352,12 @@ class FedCTG(Method):
 
     def _train(self, ctx: MethodContext, state: dict[str, Any]) -> dict[str, Any]:
         cfg = self.config
-        steps = cfg["rounds"] * cfg["local_steps"]
-        sigma = ctx.noise_for(
-            steps=steps,
-            sample_rate=cfg["local_sample_rate"],
-            epsilon=self._epsilon(ctx, "train"),
-            delta=self._phase_delta(ctx),
-        )
         model = self._model(ctx, state["params"])
         delta = ctx.pool.local_dp_finetune(
             dict(model.state_dict()),
             prompt_template=cfg["control_template"],
             groups=[STRONG_GROUP],
-            noise_multiplier=sigma,
+            noise_multiplier=state["train_sigma"],
             clip_norm=cfg["clip_norm"],
             sample_rate=cfg["local_sample_rate"],
             batch_size=cfg["local_batch_size"],
@@ -408,18 +410,22 @@ class FedCTG(Method):
             )
             texts += generated
             labels += [code] * len(generated)
-        return {**state, "profile": profile, "texts": texts, "labels": labels}
+        return {**state, "texts": texts, "labels": labels}
 
     def _vote_embedder(self, ctx: MethodContext) -> Embedder:
-        name = self.config["vote_encoder"]
-        if name == "profile":
-            return ctx.profile.embedder()
-        from sentence_transformers import SentenceTransformer
+        if self._voter is None:
+            name = self.config["vote_encoder"]
+            if name == "profile":
+                self._voter = ctx.profile.embedder()
+            else:
+                from sentence_transformers import SentenceTransformer
 
-        from benchmark.profiles.embedders import SentenceTransformerEmbedder
-        from benchmark.profiles.hub import from_hub
+                from benchmark.profiles.embedders import SentenceTransformerEmbedder
+                from benchmark.profiles.hub import from_hub
 
-        return SentenceTransformerEmbedder(from_hub(SentenceTransformer, name, "main"), name)
+                model = from_hub(SentenceTransformer, name, "main")
+                self._voter = SentenceTransformerEmbedder(model, name)
+        return self._voter
 
     def _vote(self, ctx: MethodContext, state: dict[str, Any]) -> dict[str, Any]:
         codes, texts = state["codes"], state["texts"]

@@ -443,20 +443,16 @@ class ClientPool:
         )
         if not nonprivate:
             total = total + self._rng(1).normal(0.0, noise_multiplier * clip_norm, size=dim)
-        self._ledger.record(
-            Release(
-                mechanism=NONPRIVATE if nonprivate else SUBSAMPLED_GAUSSIAN,
-                noise_multiplier=noise_multiplier,
-                sensitivity=clip_norm,
-                sample_rate=sample_rate,
-                count=1,
-                label=label,
-                sampling="full" if sample_rate == 1 else "poisson",
-                unit=self._unit,
-                dim=dim,
-            )
+        self._record_gaussian(
+            nonprivate,
+            noise_multiplier,
+            clip_norm,
+            sample_rate,
+            1,
+            label,
+            dim,
+            sensitivity=clip_norm,
         )
-        self._release_index += 1
         return Aggregate(total, sample_rate * self.num_clients)
 
     def centralized(self, train_fn: Callable[[list[ClientData]], Any], *, label: str) -> Any:
@@ -715,15 +711,8 @@ class ClientPool:
             if not nonprivate:
                 total += self._rng(1, c).normal(0.0, noise_multiplier * clip_norm, size=dim)
         check.finish(seconds)
-        self._record_local(
-            NONPRIVATE if nonprivate else SUBSAMPLED_GAUSSIAN,
-            noise_multiplier,
-            clip_norm,
-            1.0,
-            1,
-            label,
-            names,
-            dim,
+        self._record_gaussian(
+            nonprivate, noise_multiplier, clip_norm, 1.0, 1, label, dim, groups=names
         )
         return Aggregate(total, float(len(members)))
 
@@ -797,34 +786,42 @@ class ClientPool:
             sum(t.numel() for t in mean.values()),
             time.perf_counter() - start,
         )
-        self._record_local(
-            NONPRIVATE if nonprivate else SUBSAMPLED_GAUSSIAN,
+        self._record_gaussian(
+            nonprivate,
             config.noise_multiplier,
             config.clip_norm,
             config.sample_rate,
             config.steps,
             label,
-            names,
             0,
+            groups=names,
         )
         return mean
 
-    def _record_local(
+    def _record_gaussian(
         self,
-        mechanism: str,
+        nonprivate: bool,
         noise_multiplier: float,
         clip_norm: float,
         sample_rate: float,
         count: int,
         label: str,
-        groups: tuple[str, ...],
         dim: int,
+        *,
+        groups: tuple[str, ...] = (),
+        sensitivity: float | None = None,
     ) -> None:
+        """Record ``count`` (subsampled) Gaussian releases, or a non-private one, and move
+        to the next release index. ``sensitivity`` defaults to ``clip_norm`` for private
+        releases and ∞ for non-private ones (``aggregate`` records its clip norm either way,
+        as it always has)."""
+        if sensitivity is None:
+            sensitivity = math.inf if nonprivate else clip_norm
         self._ledger.record(
             Release(
-                mechanism=mechanism,
+                mechanism=NONPRIVATE if nonprivate else SUBSAMPLED_GAUSSIAN,
                 noise_multiplier=noise_multiplier,
-                sensitivity=clip_norm if mechanism != NONPRIVATE else math.inf,
+                sensitivity=sensitivity,
                 sample_rate=sample_rate,
                 count=count,
                 label=label,
