@@ -25,6 +25,10 @@ class Artifact:
     - ``model``: a trained on-device model saved with ``save_pretrained`` at ``model_dir``
       (``texts`` may hold the synthetic set it was trained on, if any);
     - ``preferences``: ``pairs`` of ``{"prompt", "chosen", "rejected"}``.
+
+    ``tokenizer`` names the harness-built vocabulary a released model was trained on
+    (:mod:`benchmark.profiles.ondevice_kinds`); None is the profile's on-device tokenizer.
+    A name, never a file: the evaluator scores the model in that tokenizer's units.
     """
 
     kind: str
@@ -32,6 +36,7 @@ class Artifact:
     labels: list[str] = field(default_factory=list)
     model_dir: str | None = None
     pairs: list[dict[str, str]] = field(default_factory=list)
+    tokenizer: str | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -50,6 +55,15 @@ class Artifact:
         )
         if self.model_dir is not None and not (isinstance(self.model_dir, str) and self.model_dir):
             raise ArtifactError(f"artifact.model_dir: expected a path, got {self.model_dir!r}")
+        if self.tokenizer is not None:
+            from benchmark.profiles.ondevice_kinds import TokenizerNameError, check_tokenizer_name
+
+            try:
+                check_tokenizer_name(self.tokenizer, "artifact.tokenizer")
+            except TokenizerNameError as err:
+                raise ArtifactError(str(err)) from None
+            if self.kind != "model":
+                raise ArtifactError("artifact.tokenizer: only a model artifact names one")
         if self.kind == "model" and not self.model_dir:
             raise ArtifactError("artifact.model_dir: a model artifact needs model_dir")
         if self.kind == "labelled_texts" and len(self.labels) != len(self.texts):

@@ -21,9 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 from pathlib import Path
 from typing import Any
+
+from variant_table import read_records, summary, write_record
 
 from benchmark.runner import run
 from benchmark.spec import spec_from_dict
@@ -93,22 +94,6 @@ def run_variant(name: str, seed: int, split_path: Path, runs: Path) -> dict[str,
     return run(spec, runs_root=runs, isolated=True).record
 
 
-def summary(records: dict[str, list[dict[str, Any]]]) -> str:
-    """Mean ± standard error over seeds of each reported metric, per variant."""
-    head = "| variant | ε (worst group) | seeds | " + " | ".join(REPORTED) + " |"
-    lines = [head, "|" + "---|" * (3 + len(REPORTED))]
-    for name, recs in records.items():
-        eps = recs[0]["privacy"]["epsilon"]
-        cells = []
-        for key in REPORTED:
-            values = [r["metrics"][key] for r in recs if key in r["metrics"]]
-            se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
-            cells.append(f"{statistics.mean(values):.4f} ± {se:.4f}" if values else "—")
-        eps_cell = eps if isinstance(eps, str) else f"{eps:.3f}"
-        lines.append(f"| {name} | {eps_cell} | {len(recs)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -121,18 +106,14 @@ def main() -> None:
     for name in args.variants:
         for seed in args.seeds:
             record = run_variant(name, seed, split_path, args.work / "runs")
-            path = args.out / f"{name}-seed{seed}.json"
-            path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+            write_record(args.out, name, seed, record)
             print(
                 f"{name} seed {seed}: "
                 + json.dumps({k: record["metrics"].get(k) for k in REPORTED})
             )
     # every record in --out, so that workers sharing it each leave a complete table
-    records: dict[str, list[dict[str, Any]]] = {}
-    for name in VARIANTS:
-        for path in sorted(args.out.glob(f"{name}-seed*.json")):
-            records.setdefault(name, []).append(json.loads(path.read_text()))
-    (args.out / "summary.md").write_text(summary(records))
+    table = summary(read_records(args.out, VARIANTS), REPORTED, epsilon_label="ε (worst group)")
+    (args.out / "summary.md").write_text(table)
 
 
 if __name__ == "__main__":

@@ -188,7 +188,7 @@ SUITES = {
         seeds=(0,),
         metrics=QUICK_METRICS,
         downstream={"model_samples": 16},
-        methods=(*PUBLISHED_METHODS, "fed_ctg"),
+        methods=(*PUBLISHED_METHODS, "fed_ctg", "dp_ftrl_dm"),
         method_privacy={"fed_ctg": {"unit": "client_sample"}},
     ),
 }

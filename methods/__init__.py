@@ -12,6 +12,7 @@ _BUILTIN_METHODS = {
     "pe_sft": "methods.pe_sft:PESFT",
     "popri": "methods.popri:POPri",
     "fed_ctg": "methods.fed_ctg:FedCTG",
+    "dp_ftrl_dm": "methods.dp_ftrl_dm:DPFTRLDM",
 }
 
 for _name, _target in _BUILTIN_METHODS.items():

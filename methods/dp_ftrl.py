@@ -39,8 +39,9 @@ Choices where the papers are silent:
   (grid middles), server momentum 0.9 and server lr 1.0 (paper 004 D.2 / not stated).
 - Paper 002's cross-device setting is :data:`CROSS_DEVICE_002` (pass it as method params):
   T = 1600, 100 clients per round, disjoint, 1 local epoch, batch 16, at most 256 samples
-  per client; lrs/clip are the middles of its grids (server {0.05…2}, client {0.01…0.5},
-  clip {0.1, 0.3, 0.4, 1}); momentum is not stated (0.9, Kairouz et al.'s default).
+  per client, sequence length 20; lrs/clip are the middles of its grids (server
+  {0.05…2}, client {0.01…0.5}, clip {0.1, 0.3, 0.4, 1}); momentum is not stated (0.9,
+  Kairouz et al.'s default).
   With N ≥ 160,000 clients this is one tree of 1600 leaves (11 levels): m = 8.83 gives
   ε = 1.77 at δ = 1e-6, as in paper 002 §2.
 - ``cpu`` (KJV quickstart): 5 rounds of 8-client cohorts (one tree of 5 leaves), clip 0.1,
@@ -74,6 +75,7 @@ CROSS_DEVICE_002: dict[str, Any] = {
     "server_lr": 0.5,
     "clip_norm": 0.3,
     "server_momentum": 0.9,
+    "max_length": 20,  # the TFF StackOverflow convention (20 words; tokens here)
 }
 
 

@@ -21,6 +21,7 @@ from benchmark.artifact import Artifact
 from benchmark.evaluation.downstream import _pad, encode, evaluate_lm, is_better, model_device
 from benchmark.federation.clients import ClientData
 from benchmark.method import Method, MethodContext
+from benchmark.profiles.base import OnDeviceLM
 from benchmark.training import SELECT_ON, flat_params, load_flat, public_start, validation_texts
 
 # Shared by DP-FedAvg and DP-FTRL: sequence length 64 (paper 000), validation selection after
@@ -132,16 +133,24 @@ class FederatedLM(Method):
     def num_rounds(self) -> int:
         return int(self.config["rounds"])
 
+    def ondevice(self, ctx: MethodContext) -> OnDeviceLM:
+        """The on-device LM family trained here (the profile's GPT-2-shaped one)."""
+        return ctx.profile.ondevice_lm()
+
+    def start_model(self, ctx: MethodContext) -> Any:
+        """Round 0's model: the shared public start (:func:`benchmark.training.public_start`)."""
+        return public_start(ctx, self.config)
+
     def model(self, ctx: MethodContext) -> Any:
         """The server's working model (validation scoring, release); rebuilt after a resume."""
         if self._model is None:
-            self._model = ctx.profile.ondevice_lm().new_model(ctx.seed)
+            self._model = self.ondevice(ctx).new_model(ctx.seed)
         return self._model
 
     def trainer(self, ctx: MethodContext) -> ClientTrainer:
         """The client-side function, on a model instance of its own (built once): client code
         never writes to the server's model object."""
-        lm = ctx.profile.ondevice_lm()
+        lm = self.ondevice(ctx)
         if self._client_model is None:
             self._client_model = lm.new_model(ctx.seed)
         return ClientTrainer(
@@ -149,7 +158,7 @@ class FederatedLM(Method):
         )
 
     def setup(self, ctx: MethodContext) -> dict[str, Any]:
-        self._model = public_start(ctx, self.config)
+        self._model = self.start_model(ctx)
         params = flat_params(self._model)
         return {"params": params, "best": None, **self.init_optimiser(params)}
 
@@ -166,7 +175,7 @@ class FederatedLM(Method):
             return
         model = self.model(ctx)
         load_flat(model, state["params"])
-        lm = ctx.profile.ondevice_lm()
+        lm = self.ondevice(ctx)
         score = evaluate_lm(model, lm.tokenizer, validation, self.config["max_length"])[SELECT_ON]
         best = state["best"]
         if best is None or is_better(score, best["score"], SELECT_ON):
@@ -176,7 +185,7 @@ class FederatedLM(Method):
         params = state["best"]["params"] if state["best"] is not None else state["params"]
         model = self.model(ctx)
         load_flat(model, params)
-        return save_model(model, ctx.profile.ondevice_lm().tokenizer, ctx.work_dir / self.name)
+        return save_model(model, self.ondevice(ctx).tokenizer, ctx.work_dir / self.name)
 
 
 def save_model(model: Any, tokenizer: Any, directory: Path) -> Artifact:

@@ -120,8 +120,17 @@ class EvalContext:
                 self.downstream,
                 self.seed,
                 self.start_model,
+                self.tokenizer_for(artifact),
             )
         return self._trained[key]
+
+    def tokenizer_for(self, artifact: Artifact) -> Any | None:
+        """The harness-built tokenizer a released model names (None: the on-device one)."""
+        if artifact.tokenizer is None:
+            return None
+        from benchmark.profiles.ondevice_kinds import ondevice_tokenizer
+
+        return ondevice_tokenizer(self.profile, artifact.tokenizer, self.split.texts("public"))
 
     def release_texts(self, artifact: Artifact, metric: str, minimum: int = 1) -> list[str]:
         """The texts a text metric scores: a text release's own texts, or for a released

@@ -295,9 +295,12 @@ def run_downstream(
     config: DownstreamConfig,
     seed: int,
     start_model: Callable[[], Any] | None = None,
+    model_tokenizer: Any | None = None,
 ) -> DownstreamResult:
     """Downstream model of a release: the released model itself, or the public starting
     point fine-tuned on the released texts (the untrained start when the text set is empty).
+    A released model is scored with ``model_tokenizer`` (the harness-built vocabulary it
+    names) when given, else with the on-device LM's.
     """
     if artifact.kind == "preferences":
         raise ValueError("a preference release has no downstream LM; use the win-rate track")
@@ -305,7 +308,16 @@ def run_downstream(
     if artifact.kind == "model":
         from transformers import AutoModelForCausalLM
 
+        import benchmark.profiles.small_lms  # noqa: F401  (registers paper 002's LSTM/transformer)
+
         model = AutoModelForCausalLM.from_pretrained(artifact.model_dir, dtype=torch.float32)
+        if model_tokenizer is not None:
+            tokenizer = model_tokenizer
+        if model.get_input_embeddings().num_embeddings < len(tokenizer):
+            raise ValueError(
+                f"released model has {model.get_input_embeddings().num_embeddings} token "
+                f"embeddings, its tokenizer {len(tokenizer)} tokens"
+            )
     else:
         model = start_model() if start_model else lm.new_model(seed)
         if artifact.texts:

@@ -105,8 +105,12 @@ class MembershipInference(Metric):
         self.n_samples, self.reference = n_samples, reference
         self.nonmember_parts = tuple(nonmember_parts)
 
-    def _reference_model(self, ctx: EvalContext):
+    def _reference_model(self, artifact: Artifact, ctx: EvalContext):
+        """The calibration model, or None where there is none: the public start is the
+        profile's on-device LM, whose vocabulary a model on a named tokenizer does not share."""
         if self.reference == "start":
+            if artifact.tokenizer is not None:
+                return None
             return ctx.profile.ondevice_lm().new_model(ctx.seed)
         public = ctx.split.texts("public")
         if not public:
@@ -126,16 +130,24 @@ class MembershipInference(Metric):
                 for texts in (members, nonmembers)
             )
 
-        (m, n), (m_ref, n_ref) = losses(target.model), losses(self._reference_model(ctx))
+        m, n = losses(target.model)
         keep_m, keep_n = ~np.isnan(m), ~np.isnan(n)
-        return {
+        result = {
             "loss_auc": loss_attack_auc(m[keep_m], n[keep_n]),
+            "n_members": float(keep_m.sum()),
+            "n_nonmembers": float(keep_n.sum()),
+        }
+        reference = self._reference_model(artifact, ctx)
+        if reference is None:
+            self.record(reference="none (the model names its own vocabulary)")
+            return result
+        m_ref, n_ref = losses(reference)
+        return {
+            **result,
             "calibrated_auc": calibrated_attack_auc(
                 m[keep_m], n[keep_n], m_ref[keep_m], n_ref[keep_n]
             ),
             "reference_loss_auc": loss_attack_auc(m_ref[keep_m], n_ref[keep_n]),
-            "n_members": float(keep_m.sum()),
-            "n_nonmembers": float(keep_n.sum()),
         }
 
 

@@ -89,6 +89,13 @@ class ModelProfile(ABC):
         generator (the harness's local DP-SGD trains it). Default: the on-device LM."""
         return self.ondevice_lm()
 
+    def public_llm(self) -> OnDeviceLM:
+        """The public LLM paper 002 uses three ways: its tokenizer is the small on-device
+        LMs' vocabulary, it is the distillation teacher, and it scores public records
+        (log p_pub) for distribution matching. Paper 002's LaMDA 2B is not public; the
+        default is the profile's conditional LM (SmolLM2-135M in ``cpu``)."""
+        return self.conditional_lm()
+
     @abstractmethod
     def masked_filler(self) -> MaskedFiller | None:
         """The profile's masked-fill model, or None if it has none."""

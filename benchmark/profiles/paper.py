@@ -34,6 +34,9 @@ class PaperModels:
     generator: str = "meta-llama/Meta-Llama-3-8B"
     ondevice_lm: str = "distilbert/distilgpt2"
     conditional_lm: str = "openai-community/gpt2"  # paper 001's Yelp generator
+    # Paper 002's public LLM is LaMDA 2B (not public) with a 32K SentencePiece; TinyLlama
+    # 1.1B is the open model closest to it: a 32K SentencePiece (Llama-2's), ~2B scale.
+    public_llm: str = "TinyLlama/TinyLlama_v1.1"
     masked_filler: str = "FacebookAI/roberta-large"
     embedder: str = "sentence-transformers/all-MiniLM-L6-v2"
     revision: str = "main"
@@ -119,6 +122,10 @@ class PaperProfile(ModelProfile):
         return self._causal_lm(self.models.conditional_lm)
 
     @cached_property
+    def _public_llm(self) -> PretrainedLM:
+        return self._causal_lm(self.models.public_llm)
+
+    @cached_property
     def _filler(self) -> MLMFiller:
         from transformers import AutoModelForMaskedLM, AutoTokenizer
 
@@ -139,6 +146,10 @@ class PaperProfile(ModelProfile):
     def conditional_lm(self) -> PretrainedLM:
         return self._conditional
 
+    def public_llm(self) -> PretrainedLM:
+        """TinyLlama 1.1B in place of paper 002's LaMDA 2B (a recorded deviation)."""
+        return self._public_llm
+
     def masked_filler(self) -> MLMFiller:
         return self._filler
 
@@ -150,6 +161,7 @@ class PaperProfile(ModelProfile):
             "generator_backend": "vllm" if use_vllm() else "transformers",
             "ondevice_lm": m.ondevice_lm,
             "conditional_lm": m.conditional_lm,
+            "public_llm": f"{m.public_llm} (paper 002's LaMDA 2B is not public)",
             "masked_filler": m.masked_filler,
             "embedder": m.embedder,
             "revision": m.revision,

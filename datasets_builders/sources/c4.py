@@ -21,18 +21,29 @@ private sites are pinned to the split's ``public`` part, so the initial populati
 disjoint from every private subset by site (paper 004 App. C). ``subset=public`` yields
 only public lines (``max_samples`` of them).
 
+Hygiene against another private corpus (paper 002: C4 ``realnewslike`` as public data for
+the TFF StackOverflow split): ``exclude_sites`` keeps those hosts out of the public lines
+(paper 002: ``stackoverflow.com,stackexchange.com``), and ``exclude_titles`` (a file of
+private question titles, :func:`datasets_builders.contamination.write_titles`) drops
+public lines that contain a private title and Stack Overflow pages whose URL slug is one.
+Both are counted in the source stats. The overlap itself is reported, without dropping
+anything, by :func:`datasets_builders.contamination.stackoverflow_overlap`, which says
+what it checks and what it cannot (TFF StackOverflow has no post ids).
+
 c4 is ODC-BY and subject to Common Crawl's terms; the text belongs to the sites: fetch it
 at run time, do not redistribute.
 """
 
 from __future__ import annotations
 
+import hashlib
 import urllib.parse
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+from datasets_builders.contamination import TitleIndex, read_titles, stackoverflow_post
 from datasets_builders.hub import HubDataset, expand_files, files_revision, iter_rows
 from datasets_builders.source import Source, SourceRecord
 from datasets_builders.sources._common import Option, parse_options
@@ -54,12 +65,19 @@ OPTIONS = (
     Option("revision", "main", "allenai/c4 revision: pin a commit SHA for reproducibility"),
     Option("config", HUB.config, "allenai/c4 config (en, realnewslike, ...)"),
     Option("files", None, "local c4 shards (json.gz) instead of the hub", "list"),
+    Option("exclude_sites", None, "hosts never used for public lines (paper 002: SO)", "list"),
+    Option("exclude_titles", None, "file of private titles: drop public lines with one"),
 )
 
 
 def host_matches(url: str, sites: list[str]) -> bool:
     host = (urllib.parse.urlsplit(url).hostname or "").lower()
     return any(host == site or host.endswith("." + site) for site in sites)
+
+
+def _private_page(url: str, titles: TitleIndex) -> bool:
+    post = stackoverflow_post(url)
+    return post is not None and post.slug is not None and titles.match_slug(post.slug) is not None
 
 
 class C4Source(Source):
@@ -89,7 +107,11 @@ class C4Source(Source):
             origin = files_revision(expand_files(opts["files"]))
         else:
             origin = self._hub(opts).describe()
-        return f"{origin} seed={opts['seed']} buffer={opts['buffer_size']}"
+        out = f"{origin} seed={opts['seed']} buffer={opts['buffer_size']}"
+        if opts["exclude_titles"]:  # the file's content, not its name, defines the split
+            digest = hashlib.sha256(Path(opts["exclude_titles"]).read_bytes()).hexdigest()
+            out += f" exclude_titles={digest[:16]}"
+        return out
 
     def fetch(self, options: dict[str, Any], cache_dir: Path) -> Iterator[SourceRecord]:
         opts = parse_options(options, OPTIONS, self.name)
@@ -100,6 +122,8 @@ class C4Source(Source):
         excluded = sorted({s for sites in SITES.values() for s in sites} | set(private_sites))
         want_private = opts["max_samples"] if subset != "public" else 0
         want_public = opts["public_samples"] if subset != "public" else opts["max_samples"]
+        banned = opts["exclude_sites"] or []
+        titles = TitleIndex(read_titles(opts["exclude_titles"])) if opts["exclude_titles"] else None
         self.stats = Counter()
         seen: set[str] = set()
         rows = iter_rows(
@@ -121,6 +145,12 @@ class C4Source(Source):
                 continue
             if want_private and host_matches(url, private_sites):
                 kind, wanted, min_words = "private", want_private, opts["min_words"]
+            elif host_matches(url, banned):
+                self.stats["skipped: excluded site"] += 1
+                continue
+            elif titles is not None and _private_page(url, titles):
+                self.stats["skipped: page of a private question (url slug)"] += 1
+                continue
             elif not host_matches(url, excluded):
                 kind, wanted, min_words = "public", want_public, opts["public_min_words"]
             else:
@@ -128,6 +158,9 @@ class C4Source(Source):
             for number, line in enumerate(document["text"].split("\n")):
                 line = line.strip()
                 if self.stats[kind] >= wanted or not line or len(line.split()) < min_words:
+                    continue
+                if kind == "public" and titles is not None and titles.find_in(line):
+                    self.stats["skipped: line contains a private title"] += 1
                     continue
                 source_id = f"{url}#L{number}"
                 if source_id in seen:

@@ -12,13 +12,24 @@ Formats (``format``):
   (``|``-separated), ``type`` (question/answer), ``creation_date``, ``score``; splits
   ``train`` (posts before 2018-01-01 of users with ``id % 10 != 0``), ``heldout`` (all
   posts of users with ``id % 10 == 0``) and ``test`` (posts from 2018-01-01 on). The
-  protobufs are decoded here without TensorFlow (a small wire-format reader).
+  protobufs are decoded here without TensorFlow (a small wire-format reader). A row
+  carries no post, question or answer id (``title`` is the question's title, on answers
+  too), so source ids are ``tff-so:<rowid>``; rows are read in ``rowid`` order within a
+  client (the order TFF's ``SqlClientData`` reads them), so "a client's first N examples"
+  is well defined.
 * ``stackexchange_xml``: the Stack Exchange data dump (archive.org ``stackexchange``,
   ``stackoverflow.com-Comments.7z`` / ``-Posts.7z``, extracted to ``Comments.xml`` /
   ``Posts.xml``, optionally gzip/bzip2-compressed) given as ``path``: one ``<row>`` per
   comment (``Text``, ``UserId``, ``CreationDate``) or post (``Body`` HTML,
   ``OwnerUserId``, ``PostTypeId``, ``Title``, ``Tags``). With ``tff_rule`` the TFF split
   rule above is applied to it (``id % 10 == 0`` held out, 2018-01-01 date boundary).
+  Source ids carry the post id (``se-post:<Id>``); ``parent_id`` (an answer's question)
+  and ``post_id`` (the post a comment is on) are kept as extras.
+
+Public-data hygiene (paper 002 compared C4 URLs with StackOverflow post ids):
+:func:`datasets_builders.contamination.stackoverflow_overlap` runs that id check on the
+dump's records and, on TFF records (no ids), matches the question titles against C4's
+Stack Overflow URL slugs and texts instead.
 
 Clients are users. With ``pin_parts`` the TFF split becomes the split's parts (train,
 validation = heldout, test); without it the pipeline assigns held-out users itself.
@@ -150,7 +161,7 @@ class StackOverflowSource(Source):
             try:
                 rows = db.execute(
                     "SELECT rowid, split_name, client_id, serialized_example_proto FROM examples "
-                    f"WHERE split_name IN ({marks}) ORDER BY split_name, client_id",
+                    f"WHERE split_name IN ({marks}) ORDER BY split_name, client_id, rowid",
                     opts["splits"],
                 )
             except sqlite3.DatabaseError as exc:
@@ -220,6 +231,9 @@ class StackOverflowSource(Source):
             kind = "post"
         extra: dict[str, Any] = {"title": attrs.get("Title", ""), "tags": attrs.get("Tags", "")}
         extra["score"] = int(attrs.get("Score", "0") or 0)
+        linked = "PostId" if is_comment else "ParentId"  # the post commented on / answered
+        if attrs.get(linked, "").isdigit():
+            extra["post_id" if is_comment else "parent_id"] = int(attrs[linked])
         if opts["tff_rule"]:
             held_out = user.isdigit() and int(user) % 10 == 0
             extra["part"] = "validation" if held_out else "test" if date >= TEST_FROM else "train"
