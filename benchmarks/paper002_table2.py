@@ -39,9 +39,9 @@ ROWS: dict[str, dict[str, Any]] = {
     "midtrain_distill_dm": {"midtrain_data": "dm"},
     "midtrain_distill_dm_wo_ppub": {"midtrain_data": "dm_private_only"},
 }
-METRICS = [{"name": "next_token", "settings": {}}]
+METRICS = [{"name": "next_token", "settings": {}}, {"name": "in_vocab", "settings": {}}]
 DOWNSTREAM = {"max_length": 32}
-REPORTED = ("next_token.top1", "next_token.validation_top1")
+REPORTED = ("next_token.top1", "in_vocab.top1_llm_tokens", "next_token.validation_top1")
 
 
 def build_split(root: Path) -> Path:

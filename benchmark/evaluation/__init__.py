@@ -4,6 +4,7 @@ from benchmark.registry import METRICS
 
 _BUILTIN_METRICS = {
     "next_token": "benchmark.evaluation.next_token:NextTokenAccuracy",
+    "in_vocab": "benchmark.evaluation.in_vocab:InVocabAccuracy",
     "fid": "benchmark.evaluation.fid:FID",
     "mauve": "benchmark.evaluation.mauve_metric:MAUVE",
     "classification": "benchmark.evaluation.classification:Classification",

@@ -26,7 +26,7 @@ from benchmark.profiles.base import ModelProfile, OnDeviceLM
 from benchmark.profiles.seeding import seeded
 
 KINDS = ("lstm", "transformer")
-TOKENIZER_PATTERN = re.compile(r"ondevice|public_llm|word_unigram:([1-9][0-9]{1,6})")
+TOKENIZER_PATTERN = re.compile(r"ondevice|public_llm|word_unigram:([1-9][0-9]{0,6})")
 
 
 class TokenizerNameError(ValueError):
