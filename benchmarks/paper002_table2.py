@@ -3,7 +3,7 @@
 The population is the benchmark suite's chitchat split (5,816 private train clients, ≤ 4
 spans each, 4,000 public spans from the month before; the ``bench`` suite builds it). The
 public corpus D is the split's public part; the public LLM (tokenizer, teacher, p_pub) is
-SmolLM2-135M. Every row runs DP-FTRL for 40 rounds of 100 clients (one 40-leaf tree) at
+SmolLM2-135M. Every row runs DP-FTRL for 24 rounds of 25 clients (one 24-leaf tree) at
 paper 002's larger budget ε = 18.71, δ = 1e-6 (``--epsilon`` to change), through the
 isolated path; rows differ only in their public training (``ROWS``), as in Table 2.
 
@@ -27,7 +27,7 @@ from variant_table import read_records, summary, write_record
 from benchmark.runner import run
 from benchmark.spec import spec_from_dict
 
-# Table 2's rows → dp_ftrl_dm params (the rest is the cpu config: T = 40, T' = 20, q = 5 %
+# Table 2's rows → dp_ftrl_dm params (the rest is the cpu config: T = 24, T' = 12, q = 5 %
 # of the public spans for mid-training, 25 % for distillation pre-training, β = 1e-2).
 NO_MIDTRAIN = {"midtrain_round": None}
 ROWS: dict[str, dict[str, Any]] = {
@@ -40,7 +40,7 @@ ROWS: dict[str, dict[str, Any]] = {
     "midtrain_distill_dm_wo_ppub": {"midtrain_data": "dm_private_only"},
 }
 METRICS = [{"name": "next_token", "settings": {}}, {"name": "in_vocab", "settings": {}}]
-DOWNSTREAM = {"max_length": 32}
+DOWNSTREAM = {"max_length": 20}
 REPORTED = ("next_token.top1", "in_vocab.top1_llm_tokens", "next_token.validation_top1")
 
 
