@@ -119,7 +119,7 @@ class DPFTRLDM(DPFTRL):
         # mid-training, 25 % for distillation pre-training) to keep a few hundred records.
         "cpu": {
             **FEDERATED_DEFAULTS, **SMALL_LM, **PAPER_PUBLIC,
-            "max_length": 20, "select_every": 4,
+            "max_length": 20, "select_every": 6,
             "rounds": 24, "cohort_size": 25, "local_epochs": 1, "local_batch_size": 16,
             "max_samples_per_client": 256,
             "client_lr": 0.5, "clip_norm": 1.0, "server_lr": 1.0, "server_momentum": 0.9,
