@@ -104,6 +104,7 @@ class CpuProfile(ModelProfile):
             + ", ".join(c.label() for c in COMPONENTS)
             + f"; {LINES_PER_DOCUMENT} lines per document",
             "masked_filler": "causal span filler on the generator, prompted with the masked text",
+            "public_llm": f"{GENERATOR_LABEL}: paper 002's LaMDA 2B is not public",
             **{
                 dist: distribution_version(dist)
                 for dist in (

@@ -63,6 +63,7 @@ class TinyProfile(ModelProfile):
             "embedder": HashedNgramEmbedder().name,
             "ondevice_lm": f"{TINY_SHAPE.label()} random init, seed per run",
             "masked_filler": "causal span filler on the generator (no instruction)",
+            "public_llm": "the on-device LM (random init): paper 002's LaMDA 2B is not public",
             "torch": distribution_version("torch"),
             "transformers": distribution_version("transformers"),
             "tokenizers": distribution_version("tokenizers"),
