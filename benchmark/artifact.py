@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -14,6 +15,23 @@ PAIR_KEYS = ("prompt", "chosen", "rejected")
 
 class ArtifactError(ValueError):
     """A released artifact is malformed; the message names the field."""
+
+
+# A word vocabulary of K >= 100 words: a handful of frequent words plus <unk> is no
+# language model's vocabulary, only a way to make next-token prediction easy.
+TOKENIZER_PATTERN = re.compile(r"ondevice|public_llm|word_unigram:([1-9][0-9]{2,6})")
+INSTRUMENT = (None, "ondevice")  # the names that mean the instrument's own vocabulary
+
+
+def check_tokenizer_name(name: object, where: str) -> str:
+    """``name`` if it is a vocabulary the harness builds
+    (:mod:`benchmark.profiles.ondevice_kinds`), else an :class:`ArtifactError`."""
+    if not isinstance(name, str) or TOKENIZER_PATTERN.fullmatch(name) is None:
+        raise ArtifactError(
+            f"{where}: expected 'ondevice', 'public_llm' or 'word_unigram:K' (K >= 100), "
+            f"got {name!r}"
+        )
+    return name
 
 
 @dataclass
@@ -56,12 +74,7 @@ class Artifact:
         if self.model_dir is not None and not (isinstance(self.model_dir, str) and self.model_dir):
             raise ArtifactError(f"artifact.model_dir: expected a path, got {self.model_dir!r}")
         if self.tokenizer is not None:
-            from benchmark.profiles.ondevice_kinds import TokenizerNameError, check_tokenizer_name
-
-            try:
-                check_tokenizer_name(self.tokenizer, "artifact.tokenizer")
-            except TokenizerNameError as err:
-                raise ArtifactError(str(err)) from None
+            check_tokenizer_name(self.tokenizer, "artifact.tokenizer")
             if self.kind != "model":
                 raise ArtifactError("artifact.tokenizer: only a model artifact names one")
         if self.kind == "model" and not self.model_dir:

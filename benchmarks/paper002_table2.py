@@ -3,7 +3,7 @@
 The population is the benchmark suite's chitchat split (5,816 private train clients, ≤ 4
 spans each, 4,000 public spans from the month before; the ``bench`` suite builds it). The
 public corpus D is the split's public part; the public LLM (tokenizer, teacher, p_pub) is
-SmolLM2-135M. Every row runs DP-FTRL for 24 rounds of 25 clients (one 24-leaf tree) at
+SmolLM2-135M-Instruct. Every row runs DP-FTRL for 24 rounds of 25 clients (one 24-leaf tree) at
 paper 002's larger budget ε = 18.71, δ = 1e-6 (``--epsilon`` to change), through the
 isolated path (``--in-process`` for the adapter in this process); rows differ only in
 their public training (``ROWS``), as in Table 2.

@@ -11,6 +11,7 @@ _BUILTIN_SOURCES = {
     "chatterbot": "datasets_builders.sources.chatterbot:ChatterbotSource",
     "chatterbot_prefs": "datasets_builders.sources.chatterbot:ChatterbotPreferenceSource",
     "chitchat": "datasets_builders.sources.chitchat:ChitchatSource",
+    "chitchat_prefs": "datasets_builders.sources.chitchat_prefs:ChitchatPreferenceSource",
     "biorxiv": "datasets_builders.sources.biorxiv:BiorxivSource",
     "congress": "datasets_builders.sources.congress:CongressSource",
     "stackoverflow": "datasets_builders.sources.stackoverflow:StackOverflowSource",

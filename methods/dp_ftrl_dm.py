@@ -33,7 +33,8 @@ Algorithm 1, step by step, and where it runs:
    that names its tokenizer, so the evaluator scores it in that vocabulary.
 
 Distillation (``distill_beta`` > 0) needs ``tokenizer: public_llm``: teacher and student
-must share the vocabulary (§4). The teacher's top-k (``distill_top_k`` 10, t = 1) come from
+must share the vocabulary (§4); in ``cpu`` the public LLM is SmolLM2-135M-Instruct. The
+teacher's top-k (``distill_top_k`` 10, t = 1) come from
 the cached teacher pass; L_KD is in :mod:`methods.public_training`.
 
 Choices where the paper is silent (beyond those of DP-FTRL, see :mod:`methods.dp_ftrl`):
@@ -42,7 +43,20 @@ Choices where the paper is silent (beyond those of DP-FTRL, see :mod:`methods.dp
 - One β serves pre-training and mid-training (grid {1e-1, 1e-2, 1e-3}; default 1e-2).
 - Public training: Adam (lr 1e-3), gradient clipping at 1.0 (value not stated), batches
   drawn without replacement; the paper's batch 512 (pre-training) / 128 (distillation).
-- The transformer's heads (4), FFN (= hidden 670) and learned positions are ours.
+- The transformer's heads (4), FFN (= hidden 670), learned positions (512, so any
+  evaluation length fits) and dropout 0 are ours.
+- Each public record is truncated to ``max_length`` tokens, not chunked into several
+  sequences (the split's spans are already short); Adam starts fresh in every public phase.
+- The server momentum and the tree's running prefix carry across the pause (one tree, one
+  FTRL trajectory whose anchor moves by the public delta); the paper does not say.
+- With a word vocabulary and ``dm``, log p_priv is a mean over words and log p_pub a mean
+  over LLM tokens, as the paper's "mean-token" scores each model in its own units. The
+  weighted-β score of the spec's ablation list is not offered (equal weights, as §5).
+- Table 2's other rows are params of this one config: pre-training on all public data is
+  ``pretrain: all`` (1.4M steps at batch 512 in ``paper``); its distillation rows are
+  ``pretrain: random`` with ``pretrain_fraction`` 0.01 / 0.0008, ``pretrain_steps``
+  100k / 8k and ``pretrain_batch_size`` 128; ``benchmarks/paper002_table2.py`` lists the
+  ``cpu`` rows.
 - ``midtrain_round`` ∈ [0, T): Table 4's T' = T column (public training after all DP
   rounds) is not supported.
 - Round 0's random init is seeded by the run's seed; the paper's pre-trained checkpoint
@@ -54,25 +68,20 @@ steps at batch 128 with distillation, CROSS_DEVICE_002's FL settings, length 20)
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
-from benchmark.artifact import Artifact
+from benchmark.artifact import Artifact, ArtifactError, check_tokenizer_name
 from benchmark.data import TEXT
 from benchmark.evaluation.downstream import encode, sequence_losses
 from benchmark.method import MethodContext
-from benchmark.profiles.ondevice_kinds import (
-    SmallOnDeviceLM,
-    SmallShape,
-    TokenizerNameError,
-    check_tokenizer_name,
-    ondevice_tokenizer,
-)
+from benchmark.profiles.ondevice_kinds import SmallOnDeviceLM, SmallShape, ondevice_tokenizer
 from benchmark.profiles.teacher_corpus import TeacherCorpus, teacher_corpus
 from benchmark.spec import SpecError
 from benchmark.training import flat_params, load_flat
-from methods.dp_ftrl import CROSS_DEVICE_002, DPFTRL
+from methods.dp_ftrl import CROSS_DEVICE_002, DPFTRL, tree_schedule
 from methods.fedlearn import FEDERATED_DEFAULTS
 from methods.public_training import PublicTraining, random_fraction, top_fraction, train_public
 
@@ -146,7 +155,7 @@ class DPFTRLDM(DPFTRL):
             tokenizer = ondevice_tokenizer(ctx.profile, name, public_texts(ctx))
             shape = SmallShape(
                 cfg["model"], cfg["embedding_size"], cfg["hidden_size"], cfg["num_heads"],
-                max(128, cfg["max_length"]),
+                max(512, cfg["max_length"]),
             )  # fmt: skip
             self._lm = SmallOnDeviceLM(tokenizer, shape, name)
         return self._lm
@@ -193,32 +202,49 @@ class DPFTRLDM(DPFTRL):
     # -- Algorithm 1 ----------------------------------------------------------------------
 
     def _check(self, ctx: MethodContext) -> None:
+        """Every param, before any training: a bad one must not fail at round T'."""
         cfg = self.config
         try:
             check_tokenizer_name(cfg["tokenizer"], "method.params.tokenizer")
-        except TokenizerNameError as err:
+        except ArtifactError as err:
             raise SpecError(str(err)) from None
         if cfg["pretrain"] not in PRETRAIN:
             raise SpecError(f"method.params.pretrain: one of {list(PRETRAIN)}")
         if cfg["midtrain_data"] not in MIDTRAIN_DATA:
             raise SpecError(f"method.params.midtrain_data: one of {list(MIDTRAIN_DATA)}")
         t_mid = cfg["midtrain_round"]
-        if t_mid is not None and not 0 <= int(t_mid) < self.num_rounds():
+        if t_mid is not None and (type(t_mid) is not int or not 0 <= t_mid < self.num_rounds()):
             raise SpecError(
-                f"method.params.midtrain_round: must be in [0, rounds={self.num_rounds()}) "
-                f"or null, got {t_mid}"
+                f"method.params.midtrain_round: an integer in [0, rounds={self.num_rounds()}) "
+                f"or null, got {t_mid!r}"
             )
+        for key in ("pretrain_fraction", "midtrain_fraction"):
+            if not 0 < cfg[key] <= 1:
+                raise SpecError(f"method.params.{key}: must be in (0, 1], got {cfg[key]!r}")
+        for key in ("pretrain_steps", "pretrain_batch_size", "midtrain_steps",
+                    "midtrain_batch_size", "distill_top_k"):  # fmt: skip
+            if type(cfg[key]) is not int or cfg[key] < 1:
+                raise SpecError(f"method.params.{key}: a positive integer, got {cfg[key]!r}")
+        if cfg["distill_beta"] < 0 or cfg["distill_temperature"] <= 0:
+            raise SpecError("method.params: distill_beta must be >= 0, distill_temperature > 0")
         if cfg["distill_beta"] > 0 and cfg["tokenizer"] != "public_llm":
             raise SpecError(
                 "method.params.distill_beta: distillation needs tokenizer 'public_llm' "
                 "(teacher and student share the vocabulary, paper 002 §4); set it to 0"
             )
-        if not ctx.public and (cfg["pretrain"] != "none" or t_mid is not None):
-            raise SpecError("public training needs the split's public part; it is empty")
+        uses_public = cfg["pretrain"] != "none" or t_mid is not None
+        if not ctx.public and (uses_public or cfg["tokenizer"].startswith("word_unigram:")):
+            raise SpecError("public training and a word vocabulary need the split's public part")
+        _, trees = tree_schedule(ctx.pool.num_clients, cfg["cohort_size"], self.num_rounds())
+        if t_mid is not None and len(trees) > 1 and not math.isinf(ctx.privacy.epsilon):
+            raise SpecError(
+                "method.params.midtrain_round: the pause is accounted as one DP-FTRL tree, "
+                f"which needs N >= cohort_size * rounds; this schedule has trees {trees} "
+                "(fewer rounds or a smaller cohort)"
+            )
 
     def start_model(self, ctx: MethodContext) -> Any:
         """Step 1: random init, then the optional public pre-training (T' = 0 rows)."""
-        self._check(ctx)
         model = self.ondevice(ctx).new_model(ctx.seed)
         cfg = self.config
         if cfg["pretrain"] == "none":
@@ -233,14 +259,8 @@ class DPFTRLDM(DPFTRL):
         return model
 
     def setup(self, ctx: MethodContext) -> dict[str, Any]:
-        state = super().setup(ctx)
-        if self.config["midtrain_round"] is not None and len(state["trees"]) > 1:
-            raise SpecError(
-                "method.params.midtrain_round: the pause is accounted as one DP-FTRL tree, "
-                f"which needs N >= cohort_size * rounds; this schedule has trees "
-                f"{state['trees']} (fewer rounds or a smaller cohort)"
-            )
-        return state
+        self._check(ctx)
+        return super().setup(ctx)
 
     def midtrain_rows(self, ctx: MethodContext, model: Any, round_index: int) -> list[int]:
         """Steps (2)-(3): the public records mid-training uses."""

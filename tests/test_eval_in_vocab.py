@@ -42,7 +42,7 @@ def context_with(tokenizer, artifact):
 
 def test_oov_targets_are_left_out_and_words_count_in_llm_tokens():
     words = build_word_tokenizer(PUBLIC, 8)  # 3 specials + the, cat, sat, a, dog: no zebra
-    artifact = Artifact("model", model_dir="m", tokenizer="word_unigram:8")
+    artifact = Artifact("model", model_dir="m", tokenizer="word_unigram:100")
     out = InVocabAccuracy().compute(artifact, context_with(words, artifact))
     # text 1 targets: the(✓) cat(✗) cat(✓) zebra=OOV(left out) zebra=OOV(left out)
     # text 2 targets: dog(✓) sat(✗); text 3: aaa aaa, OOV (left out)

@@ -74,16 +74,23 @@ def test_the_paper_schedule_is_one_1600_leaf_tree():
 def test_a_schedule_that_needs_a_second_tree_is_refused_with_mid_training(tmp_path):
     ctx = make_context(tmp_path, epsilon=2.0, delta=DELTA)  # 8 clients: 4 leaves per tree
     with pytest.raises(SpecError, match="one DP-FTRL tree"):
-        run_rounds(dm(rounds=6, cohort_size=2, midtrain_round=3), ctx)
+        run_rounds(dm(rounds=6, cohort_size=2, midtrain_round=3, pretrain="all"), ctx)
+    assert ctx.pool.ledger.releases == []
     run_rounds(dm(rounds=6, cohort_size=2, midtrain_round=None), ctx)  # TreeRestart is fine
+    # at ε = ∞ no tree is opened (the non-private bound samples cohorts), so no refusal
+    unbounded = make_context(tmp_path, epsilon=math.inf)
+    run_rounds(dm(rounds=6, cohort_size=2, midtrain_round=3), unbounded)
 
 
 @pytest.mark.parametrize(
     "params, match",
     [
-        ({"tokenizer": "word_unigram:50"}, "distillation needs tokenizer 'public_llm'"),
-        ({"midtrain_round": 4}, "must be in"),
+        ({"tokenizer": "word_unigram:100"}, "distillation needs tokenizer 'public_llm'"),
+        ({"midtrain_round": 4}, r"in \[0, rounds=4\)"),
         ({"midtrain_data": "best"}, "midtrain_data"),
+        ({"midtrain_round": "2"}, "an integer"),
+        ({"midtrain_fraction": 0.0}, "midtrain_fraction"),
+        ({"distill_top_k": 0}, "distill_top_k"),
         ({"tokenizer": "my_own.json", "distill_beta": 0.0}, "word_unigram:K"),
     ],
 )
@@ -165,12 +172,12 @@ def test_a_released_model_is_scored_in_the_vocabulary_it_names(tmp_path):
     parts = {p: toy.records(p) for p in ("train", "validation", "public")}
     split = FederatedSplit("toy", toy.manifest, {**parts, "test": parts["validation"]})
     ctx = make_context(tmp_path, epsilon=2.0, delta=DELTA, split=split)
-    method = dm(tokenizer="word_unigram:40", distill_beta=0.0, midtrain_data="random")
+    method = dm(tokenizer="word_unigram:100", distill_beta=0.0, midtrain_data="random")
     artifact = finish(method, ctx, run_rounds(method, ctx))
-    assert artifact.tokenizer == "word_unigram:40"
+    assert artifact.tokenizer == "word_unigram:100"
     profile = get_profile("tiny")
     config = DownstreamConfig(max_length=32)
-    word = ondevice_tokenizer(profile, "word_unigram:40", split.texts("public"))
+    word = ondevice_tokenizer(profile, "word_unigram:100", split.texts("public"))
     result = run_downstream(artifact, split, profile.ondevice_lm(), config, 0, model_tokenizer=word)
     words = sum(len(word_pre_tokenize(t)[:32]) - 1 for t in split.texts("test"))
     assert result.test["tokens"] == words  # word units, not the BPE's
@@ -181,4 +188,6 @@ def test_an_artifact_names_a_harness_tokenizer_and_only_for_a_model():
         Artifact("model", model_dir="m", tokenizer="/tmp/evil.json")
     with pytest.raises(ArtifactError, match="only a model artifact"):
         Artifact("texts", texts=["a"], tokenizer="public_llm")
+    with pytest.raises(ArtifactError, match="K >= 100"):  # a vocabulary too small to be one
+        Artifact("model", model_dir="m", tokenizer="word_unigram:8")
     assert Artifact("model", model_dir="m", tokenizer="word_unigram:10000").tokenizer

@@ -34,7 +34,12 @@ class InVocabAccuracy(Metric):
     kinds = ("model",)
 
     def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
-        from benchmark.profiles.word_tokenizer import word_pre_tokenize, word_token_lengths
+        from benchmark.profiles.word_tokenizer import (
+            converted_token_accuracy,
+            in_vocab_accuracy,
+            word_pre_tokenize,
+            word_token_lengths,
+        )
 
         result = ctx.downstream_result(artifact)
         tokenizer, max_length = result.tokenizer, ctx.downstream.max_length
@@ -42,24 +47,25 @@ class InVocabAccuracy(Metric):
         word_model = (artifact.tokenizer or "").startswith("word_unigram:")
         oov = tokenizer.unk_token_id if word_model else -1  # -1: no target is OOV
         self.record(vocabulary=artifact.tokenizer or "ondevice")
-        predicted, targets = _greedy_predictions(result.model, encode(tokenizer, texts, max_length))
-        out: dict[str, float] = {}
-        hits = [(p == t) & (t != oov) for p, t in zip(predicted, targets, strict=True)]
-        in_vocab = sum(int((t != oov).sum()) for t in targets)
-        if in_vocab == 0:
+        seqs = encode(tokenizer, texts, max_length)
+        predicted, targets = _greedy_predictions(result.model, seqs)
+        pairs = list(zip(predicted, targets, strict=True))
+        counts = np.array([in_vocab_accuracy(p, t, oov, ()) for p, t in pairs]).sum(axis=0)
+        if counts[1] == 0:
             raise MetricNotApplicable("in_vocab: no in-vocabulary target token in the test part")
-        out["top1_in_vocab"] = sum(int(h.sum()) for h in hits) / in_vocab
+        out = {"top1_in_vocab": counts[0] / counts[1]}
         if word_model:
-            llm_tokenizer = ctx.profile.public_llm().tokenizer
-            correct = total = 0
-            for text, hit in zip(texts, hits, strict=True):
-                lengths = word_token_lengths(word_pre_tokenize(text)[1:max_length], llm_tokenizer)
-                correct += int(lengths[: len(hit)][hit].sum())
-                total += int(lengths[: len(hit)].sum())
-            out["top1_llm_tokens"] = correct / total
+            llm = ctx.profile.public_llm().tokenizer
+            converted = np.array([
+                converted_token_accuracy(
+                    p, t, word_token_lengths(word_pre_tokenize(text)[1 : len(t) + 1], llm), oov, ()
+                )
+                for (p, t), text in zip(pairs, texts, strict=True)
+            ]).sum(axis=0)  # fmt: skip
+            out["top1_llm_tokens"] = converted[0] / converted[1]
         elif artifact.tokenizer == "public_llm":
             out["top1_llm_tokens"] = out["top1_in_vocab"]
-        return out
+        return {k: float(v) for k, v in out.items()}
 
 
 def _greedy_predictions(

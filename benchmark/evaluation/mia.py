@@ -108,10 +108,16 @@ class MembershipInference(Metric):
     def _reference_model(self, artifact: Artifact, ctx: EvalContext):
         """The calibration model, or None where there is none: the public start is the
         profile's on-device LM, whose vocabulary a model on a named tokenizer does not share."""
+        from benchmark.artifact import INSTRUMENT
+
+        foreign = artifact.tokenizer not in INSTRUMENT
         if self.reference == "start":
-            if artifact.tokenizer is not None:
-                return None
-            return ctx.profile.ondevice_lm().new_model(ctx.seed)
+            return None if foreign else ctx.profile.ondevice_lm().new_model(ctx.seed)
+        if foreign:
+            raise MetricNotApplicable(
+                f"mia reference 'public' is the instrument's LM; the model names "
+                f"{artifact.tokenizer!r} (use reference 'start': loss AUC only)"
+            )
         public = ctx.split.texts("public")
         if not public:
             raise MetricNotApplicable("reference='public' needs a non-empty public part")

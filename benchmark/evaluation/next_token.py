@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from benchmark.artifact import Artifact
-from benchmark.evaluation.base import DOWNSTREAM_KINDS, EvalContext, Metric
+from benchmark.artifact import INSTRUMENT, Artifact
+from benchmark.evaluation.base import DOWNSTREAM_KINDS, EvalContext, Metric, MetricNotApplicable
 
 
 class NextTokenAccuracy(Metric):
@@ -17,6 +17,17 @@ class NextTokenAccuracy(Metric):
 
     name = "next_token"
     kinds = DOWNSTREAM_KINDS
+
+    def check_applicable(self, artifact: Artifact) -> None:
+        """Only a release scored in the instrument's vocabulary: accuracy per token depends
+        on what a token is (a small word vocabulary with <unk> makes prediction easy), so a
+        model on another vocabulary is scored by ``in_vocab`` and never ranked here."""
+        super().check_applicable(artifact)
+        if artifact.tokenizer not in INSTRUMENT:
+            raise MetricNotApplicable(
+                f"next_token scores the instrument's vocabulary; this model names "
+                f"{artifact.tokenizer!r} (see the in_vocab metric)"
+            )
 
     def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
         result = ctx.downstream_result(artifact)

@@ -18,27 +18,12 @@ with :func:`ondevice_tokenizer`, so they get the same vocabulary.
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from benchmark.artifact import TOKENIZER_PATTERN, check_tokenizer_name
 from benchmark.profiles.base import ModelProfile, OnDeviceLM
 from benchmark.profiles.seeding import seeded
-
-KINDS = ("lstm", "transformer")
-TOKENIZER_PATTERN = re.compile(r"ondevice|public_llm|word_unigram:([1-9][0-9]{0,6})")
-
-
-class TokenizerNameError(ValueError):
-    """A tokenizer name that the harness cannot build."""
-
-
-def check_tokenizer_name(name: object, where: str) -> str:
-    if not isinstance(name, str) or TOKENIZER_PATTERN.fullmatch(name) is None:
-        raise TokenizerNameError(
-            f"{where}: expected 'ondevice', 'public_llm' or 'word_unigram:K', got {name!r}"
-        )
-    return name
 
 
 def ondevice_tokenizer(profile: ModelProfile, name: str, public_texts: list[str]) -> Any:
@@ -55,17 +40,14 @@ def ondevice_tokenizer(profile: ModelProfile, name: str, public_texts: list[str]
 
 @dataclass(frozen=True)
 class SmallShape:
-    """Paper 002 §B.2: one layer, hidden 670, embedding 96 (heads: our choice)."""
+    """Paper 002 §B.2: one layer, hidden 670, embedding 96 (heads: our choice); ``kind``
+    is checked by :class:`~benchmark.profiles.small_lms.SmallLMConfig`."""
 
     kind: str = "lstm"
     embedding_size: int = 96
     hidden_size: int = 670
     num_heads: int = 4
     n_positions: int = 128
-
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"on-device kind must be one of {list(KINDS)}, got {self.kind!r}")
 
 
 class SmallOnDeviceLM(OnDeviceLM):

@@ -236,10 +236,5 @@ def small_lm_config(
     )
 
 
-def count_parameters(model: nn.Module) -> int:
-    """Number of parameters (each shared tensor once)."""
-    return sum(p.numel() for p in model.parameters())
-
-
 AutoConfig.register(MODEL_TYPE, SmallLMConfig, exist_ok=True)
 AutoModelForCausalLM.register(SmallLMConfig, SmallLM, exist_ok=True)

@@ -77,13 +77,13 @@ def teacher_corpus(
     cached where this process may write)."""
     key = corpus_key(llm, texts, max_length, top_k)
     directory = cache_dir() / "teacher" / key
-    shards = math.ceil(len(texts) / SHARD_TEXTS)
-    cached = _read(directory, key, shards)
+    cached = _read(directory, key, len(texts))
     if cached is not None:
         return cached
     corpus = _compute(llm, texts, max_length, top_k, batch_size)
-    # a sandboxed method process reads the cache, never writes it
-    with contextlib.suppress(PermissionError):
+    # a sandboxed method process reads the cache, never writes it (Landlock refuses the
+    # write: PermissionError, or torch.save's RuntimeError when the directory exists)
+    with contextlib.suppress(OSError, RuntimeError):
         _write(directory, key, corpus)
     return corpus
 
@@ -99,6 +99,7 @@ def _compute(
         model = model.cuda()
     device = next(model.parameters()).device
     seqs = encode(llm.tokenizer, texts, max_length)
+    vocab = len(llm.tokenizer)
     empty = torch.zeros((0, top_k))
     topk_ids: list[torch.Tensor] = [empty.long()] * len(seqs)
     topk_logits: list[torch.Tensor] = [empty.float()] * len(seqs)
@@ -109,7 +110,8 @@ def _compute(
         for local in progress(batches, "teacher pass", unit="batch"):
             rows = [usable[i] for i in local]
             ids, mask = _pad([seqs[i] for i in rows], device)
-            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+            # a padded output layer has rows past the tokenizer: never a student's token
+            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1, :vocab].float()
             logp = logits.log_softmax(-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
             values, indices = logits.topk(top_k, dim=-1)
             for j, row in enumerate(rows):
@@ -124,12 +126,14 @@ def _shard_path(directory: Path, index: int) -> Path:
     return directory / f"shard-{index:05d}.pt"
 
 
-def _read(directory: Path, key: str, shards: int) -> TeacherCorpus | None:
+def _read(directory: Path, key: str, count: int) -> TeacherCorpus | None:
+    """The cached corpus of ``count`` texts, or None if any shard is missing, foreign,
+    corrupt or not shaped as written."""
     ids: list[list[int]] = []
     topk_ids: list[torch.Tensor] = []
     topk_logits: list[torch.Tensor] = []
     means: list[np.ndarray] = []
-    for index in range(shards):
+    for index in range(math.ceil(count / SHARD_TEXTS)):
         path = _shard_path(directory, index)
         if not path.is_file():
             return None
@@ -139,6 +143,11 @@ def _read(directory: Path, key: str, shards: int) -> TeacherCorpus | None:
                 return None
             lengths = shard["lengths"].tolist()
             flat, tid, tlog = shard["ids"], shard["topk_ids"], shard["topk_logits"]
+            expected = min(SHARD_TEXTS, count - index * SHARD_TEXTS)
+            predicted_total = sum(max(n - 1, 0) for n in lengths)
+            shapes = (len(lengths), sum(lengths), len(tid), len(tlog), len(shard["mean_logprob"]))
+            if shapes != (expected, len(flat), predicted_total, predicted_total, expected):
+                return None
             start = predicted = 0
             for n in lengths:
                 ids.append(flat[start : start + n].tolist())

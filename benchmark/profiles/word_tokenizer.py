@@ -19,8 +19,8 @@ This module provides the pieces:
 * :func:`build_word_tokenizer` / :func:`word_tokenizer`: the top-k WordLevel vocabulary as a
   transformers ``PreTrainedTokenizerFast``, the latter cached. fedsynth counts the words of
   PUBLIC text only, so the vocabulary costs no privacy budget (the caller records that).
-* :func:`token_weights` / :func:`word_token_lengths`: sub-word lengths of words, for the
-  word-to-token accuracy conversion.
+* :func:`word_token_lengths`: sub-word lengths of words, for the word-to-token accuracy
+  conversion.
 * :func:`in_vocab_accuracy` and :func:`converted_token_accuracy`: the word and the
   token-converted counts.
 
@@ -249,37 +249,12 @@ def word_token_lengths(words: list[str], subword_tokenizer: PreTrainedTokenizerF
     sub-word tokenizer. A word is encoded as ``" " + word`` with ``add_special_tokens=False``,
     i.e. as it appears mid-sentence. Pass the words as :func:`word_pre_tokenize` gives them
     (lower-cased), the text the word model is scored on. Use this for the *true* target
-    words, OOV ones included: their length cannot be recovered from the UNK id (see
-    :func:`token_weights`).
+    words, OOV ones included: their length cannot be recovered from the UNK id.
     """
     if not words:
         return np.zeros(0, dtype=np.int64)
     encoded = subword_tokenizer([" " + word for word in words], add_special_tokens=False)
     return np.array([max(1, len(ids)) for ids in encoded["input_ids"]], dtype=np.int64)
-
-
-def token_weights(
-    word_tokenizer: PreTrainedTokenizerFast, subword_tokenizer: PreTrainedTokenizerFast
-) -> np.ndarray:
-    """Sub-word length of every word id of ``word_tokenizer`` (length ``len(word_tokenizer)``).
-
-    ``weights[i]`` is :func:`word_token_lengths` of word ``i``: the number of sub-word tokens
-    counted correct when word ``i`` is a correctly predicted target (paper 002 §B). Special
-    tokens (EOS, PAD) get 0: they are not words of the text. UNK also gets 0, because the
-    UNK id stands for many different words of different sub-word lengths, and an OOV target
-    is never correct in the converted accuracy (the word model cannot emit the word). The
-    caller must therefore weight the *denominator* with the true target words' lengths,
-    :func:`word_token_lengths`, OOV words included, and use these weights only for the
-    numerator (for an in-vocabulary target ``t``, ``weights[t]`` is its true length);
-    :func:`converted_token_accuracy` takes the true lengths and counts both.
-    """
-    size = len(word_tokenizer)
-    special = set(word_tokenizer.all_special_ids)
-    ids = [i for i in range(size) if i not in special]
-    words = word_tokenizer.convert_ids_to_tokens(ids)
-    weights = np.zeros(size, dtype=np.int64)
-    weights[ids] = word_token_lengths(words, subword_tokenizer)
-    return weights
 
 
 def _masks(

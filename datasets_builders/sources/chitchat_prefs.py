@@ -1,12 +1,13 @@
 """Offline human preference pairs from the ``chitchat-dataset`` package (paper 003's schema).
 
 Why: the preference sources of paper 003 (``oasst1``, ``hh_rlhf``, ``tldr``) are hub-backed,
-so the CPU suite cannot build them offline, and ``chatterbot_prefs`` is tiny (~1,000
-one-turn pairs, no clients, no dates). The chit-chat corpus (7,168 conversations between
-real people, 2018-04-10 … 2018-11-16, a sender id and a timestamp on every message, a topic
-prompt per conversation) gives a real, dated, multi-client preference set once each reply
-is read as a human judgement: in its context, the reply a person actually wrote is
-preferred over a fluent human reply written for another conversation.
+so the CPU suite cannot build them offline, and ``chatterbot_prefs`` is tiny (2,026
+first-turn pairs of scripted dialogues, no clients, no dates). The chit-chat corpus (7,168
+conversations between real people, 2018-04-10 … 2018-11-16, a sender id and a timestamp on
+every message, a topic prompt per conversation) gives a real, dated, multi-client
+preference set once each reply is read as a human judgement: in its context, the reply a
+person actually wrote is preferred over a fluent human reply written for another
+conversation.
 
 Record = one reply turn (the schema of :mod:`datasets_builders.sources.preferences`):
 
@@ -42,8 +43,9 @@ recipe's ``date_start``): only replies dated before it, i.e. public-era (April 2
 replies; ``none`` allows any. Two reasons: a public record (dated before the cut) must not
 carry an autumn reply, which is private text, into the public part; and a private client's
 records then hold only its own replies and its conversation partners' turns, not a third
-stranger's private reply. Every topic prompt of the package occurs in April, so same-topic
-rejected replies are always available. Move it with the window:
+stranger's private reply. Every topic prompt of the package occurs in April, so a
+same-topic rejected reply is found for all but 4 of the 129,423 replies that have a topic
+(2,125 have none). Move it with the window:
 ``--date-start D --option rejected_before=D``.
 
 Recipe (``split_defaults``), like ``chitchat``: private = replies dated 2018-05-01 …
@@ -57,12 +59,15 @@ records (the other side of a conversation is in the prompt, as in OASST1 and HH)
 person-level guarantee is group privacy over themselves and their partners; and 51 of the
 package's speakers reply both before and after the cut, so part of their data is public
 (as in the ``chitchat`` split). Paper 003's own unit is one tuple:
-``--partition document`` gives one pair per client.
+``--partition document`` gives one pair per client (held-out sizes then count pairs).
 
 Measured on chitchat-dataset 0.9.0 (``fedsynth splits build chitchat_prefs``): 131,548
 reply turns from 1,113 repliers, 112,572 of them dated in the private window (861
-speakers) and 18,976 before it (303 speakers); built split: see the README's paper 003
-block.
+speakers) and 18,976 before it (303 speakers). The recipe's split
+(``chitchat_prefs-v-c7cb40118f28``): train 711 speakers / 7,791 pairs, validation 50 / 576,
+test 100 / 1,056, public 214 / 2,000; the cap drops 103,149 pairs of the 433 speakers with
+more than 16 (``--cap 32`` keeps ~15k); prompt + chosen: median 313 characters, 90 % under
+607.
 
 Why a source of its own rather than an option of ``chitchat``: the record (a tuple, not a
 speaker's text), the client and date rules and the recipe (dedupe, caps, no chunking)
@@ -74,6 +79,7 @@ contaminated.
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 from collections import Counter
 from collections.abc import Iterator
@@ -83,12 +89,11 @@ from typing import Any, ClassVar
 
 from datasets_builders.source import Source, SourceRecord
 from datasets_builders.sources._common import Option, parse_options
-from datasets_builders.sources.chitchat import LICENCE, PACKAGE, _load, dataset_path
-from datasets_builders.sources.chitchat import ChitchatSource as _Chitchat
+from datasets_builders.sources.chitchat import LICENCE, ChitchatSource, _load, dataset_path
 from datasets_builders.sources.preferences import ASSISTANT, HUMAN
 
 NAME = "chitchat_prefs"
-_DRAWS = 32  # tries per pool before falling back (a clash is rare: another conversation)
+_DRAWS = 32  # random tries per pool before a scan (a clash needs the same conversation/text)
 
 
 @dataclass(frozen=True)
@@ -102,11 +107,10 @@ class Turn:
 
 @dataclass(frozen=True)
 class Reply:
+    """A reply that may be drawn as another record's rejected response (clipped text)."""
+
     source_id: str
     conversation: str
-    index: int
-    topic: str
-    date: str
     text: str
 
 
@@ -114,9 +118,9 @@ def clip(text: str, max_chars: int) -> str:
     """``text`` cut to at most ``max_chars`` characters, at a word boundary when there is one."""
     if len(text) <= max_chars:
         return text
-    cut = text[:max_chars]
-    head = cut.rsplit(None, 1)[0] if len(cut.split()) > 1 else cut
-    return head.rstrip()
+    window = text[: max_chars + 1]  # a space right after the limit is a boundary too
+    cut = max((i for i, c in enumerate(window) if c.isspace()), default=0)
+    return (text[:cut] if cut > 0 else text[:max_chars]).rstrip()
 
 
 def merged_turns(conversation_id: str, conversation: Any) -> list[Turn]:
@@ -165,7 +169,9 @@ class ChitchatPreferenceSource(Source):
     options: ClassVar[tuple[Option, ...]] = (
         Option("path", None, "a dataset.json in the package's format (default: the package's)"),
         Option("seed", 0, "seed of the rejected-reply draws", "int"),
-        Option("history", 3, "at most this many turns of context (trimmed to open on Human)", "int"),
+        Option(
+            "history", 3, "at most this many turns of context (trimmed to open on Human)", "int"
+        ),
         Option("max_chars", 300, "every turn clipped to this many characters", "int"),
         Option(
             "rejected_before",
@@ -197,12 +203,14 @@ class ChitchatPreferenceSource(Source):
         if opts["client_by"] not in {"speaker", "conversation"}:
             raise ValueError(f"{self.name}: client_by must be speaker or conversation")
         before = str(opts["rejected_before"]).strip()
-        if before.lower() == "none":
-            opts["rejected_before"] = None
-        else:
-            opts["rejected_before"] = Option("rejected_before", None, "", "date").coerce(
-                before, self.name
+        try:
+            opts["rejected_before"] = (
+                None if before.lower() == "none" else dt.date.fromisoformat(before).isoformat()
             )
+        except ValueError as exc:
+            raise ValueError(
+                f"{self.name}: rejected_before must be a date YYYY-MM-DD or none, got {before!r}"
+            ) from exc
         return opts
 
     def fetch(self, options: dict[str, Any], cache_dir: Path) -> Iterator[SourceRecord]:
@@ -215,32 +223,21 @@ class ChitchatPreferenceSource(Source):
         for conversation_id in sorted(data):
             conversation = data[conversation_id]
             turns = merged_turns(conversation_id, conversation)
-            topic = str(conversation.get("prompt") or "") if isinstance(conversation, dict) else ""
+            topic = str(conversation.get("prompt") or "")
             conversations.append((conversation_id, topic, turns))
-            for index, turn in enumerate(turns):
-                if index == 0 or turns[index - 1].sender == turn.sender:
-                    continue
+            for index, turn in enumerate(turns[1:], start=1):  # after the merge: all replies
                 before = opts["rejected_before"]
                 if before is not None and turn.date >= before:
                     continue
-                reply = Reply(
-                    f"{NAME}:{conversation_id}:{index}",
-                    conversation_id,
-                    index,
-                    topic,
-                    turn.date,
-                    clip(turn.text, opts["max_chars"]),
-                )
+                text = clip(turn.text, opts["max_chars"])
+                reply = Reply(f"{NAME}:{conversation_id}:{index}", conversation_id, text)
                 if topic:
                     by_topic.setdefault(topic, []).append(len(pool))
                 pool.append(reply)
         self.stats["rejected pool replies"] = len(pool)
         everything = list(range(len(pool)))
         for conversation_id, topic, turns in conversations:
-            for index in range(1, len(turns)):
-                turn = turns[index]
-                if turns[index - 1].sender == turn.sender:
-                    continue  # cannot happen after the merge; kept as a guard
+            for index, turn in enumerate(turns[1:], start=1):
                 self.stats["reply turns"] += 1
                 source_id = f"{NAME}:{conversation_id}:{index}"
                 chosen = clip(turn.text, opts["max_chars"])
@@ -283,17 +280,22 @@ class ChitchatPreferenceSource(Source):
     def _draw(
         rng: random.Random, candidates: list[int], pool: list[Reply], conversation: str, chosen: str
     ) -> Reply | None:
-        for _ in range(_DRAWS if candidates else 0):
+        def fits(reply: Reply) -> bool:
+            return reply.conversation != conversation and not _same(reply.text, chosen)
+
+        if not candidates:
+            return None
+        for _ in range(_DRAWS):
             reply = pool[rng.choice(candidates)]
-            if reply.conversation != conversation and not _same(reply.text, chosen):
+            if fits(reply):
+                return reply
+        start = rng.randrange(len(candidates))  # rare: most candidates clash; scan them all
+        for k in range(len(candidates)):
+            reply = pool[candidates[(start + k) % len(candidates)]]
+            if fits(reply):
                 return reply
         return None
 
     def revision(self, options: dict[str, Any]) -> str:
         opts = self._options(options)
-        if opts["path"]:
-            return _Chitchat().revision({"path": opts["path"]})
-        return _Chitchat().revision({})  # f"{PACKAGE}==<version>"
-
-
-__all__ = ["PACKAGE", "ChitchatPreferenceSource", "clip", "format_prompt", "merged_turns"]
+        return ChitchatSource().revision({"path": opts["path"]} if opts["path"] else {})
