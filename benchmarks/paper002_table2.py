@@ -34,10 +34,10 @@ NO_MIDTRAIN = {"midtrain_round": None}
 ROWS: dict[str, dict[str, Any]] = {
     "no_public": {**NO_MIDTRAIN, "distill_beta": 0.0},
     "pretrain_all": {**NO_MIDTRAIN, "pretrain": "all", "distill_beta": 0.0},
-    "pretrain_distill": {**NO_MIDTRAIN, "pretrain": "random", "pretrain_fraction": 0.25},
-    "midtrain_random": {"midtrain_data": "random", "distill_beta": 0.0},
-    "midtrain_distill": {"midtrain_data": "random"},
     "midtrain_distill_dm": {"midtrain_data": "dm"},
+    "midtrain_random": {"midtrain_data": "random", "distill_beta": 0.0},
+    "pretrain_distill": {**NO_MIDTRAIN, "pretrain": "random", "pretrain_fraction": 0.25},
+    "midtrain_distill": {"midtrain_data": "random"},
     "midtrain_distill_dm_wo_ppub": {"midtrain_data": "dm_private_only"},
 }
 # Paper 002's metric (§2.5): in-vocabulary next-token accuracy, and the same in the public
