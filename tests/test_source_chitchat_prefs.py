@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from test_source_chitchat import WORDS, message
 
 from benchmark.registry import DATASETS
 from datasets_builders.pipeline import build_split, options_for
@@ -16,23 +17,6 @@ from datasets_builders.storage import load_split
 
 H, A = "\n\nHuman: ", "\n\nAssistant: "
 SPRING, AUTUMN = "What did you learn?", "Can computers fall in love?"
-WORDS = [
-    "the",
-    "river",
-    "garden",
-    "stone",
-    "light",
-    "music",
-    "film",
-    "robot",
-    "computer",
-    "summer",
-    "friend",
-]
-
-
-def message(text: str, sender: str, when: str) -> dict[str, str]:
-    return {"text": text, "timestamp": when, "sender": sender}
 
 
 def conversation(name: str, day: str, a: str, b: str, prompt: str | None, turns: int = 5) -> dict:
