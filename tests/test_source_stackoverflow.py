@@ -48,7 +48,9 @@ ROWS = [
 ]
 
 
-def make_sqlite(path, rows=ROWS, broken=False):
+def write_tff_sqlite(path, examples):
+    """The TFF layout: ``examples(split_name, client_id, serialized_example_proto)`` holding
+    ``examples`` (split, client id, serialized proto), and an empty ``client_metadata``."""
     db = sqlite3.connect(path)
     db.execute(
         "CREATE TABLE examples (split_name TEXT NOT NULL, client_id TEXT NOT NULL, "
@@ -58,16 +60,22 @@ def make_sqlite(path, rows=ROWS, broken=False):
         "CREATE TABLE client_metadata (client_id TEXT NOT NULL, split_name TEXT NOT NULL, "
         "num_examples INTEGER NOT NULL)"
     )
-    for split, client, tokens, date, kind in rows:
-        blob = tf_example(
-            tokens=tokens, creation_date=date, type=kind, title="t", tags="python|list", score=-3
-        )
-        db.execute("INSERT INTO examples VALUES (?, ?, ?)", (split, client, blob))
-    if broken:
-        db.execute("INSERT INTO examples VALUES ('train', '300', ?)", (b"\x0a\xff",))
+    db.executemany("INSERT INTO examples VALUES (?, ?, ?)", examples)
     db.commit()
     db.close()
     return path
+
+
+def make_sqlite(path, rows=ROWS, broken=False):
+    examples = [
+        (split, client, tf_example(
+            tokens=tokens, creation_date=date, type=kind, title="t", tags="python|list", score=-3
+        ))
+        for split, client, tokens, date, kind in rows
+    ]  # fmt: skip
+    if broken:
+        examples.append(("train", "300", b"\x0a\xff"))
+    return write_tff_sqlite(path, examples)
 
 
 def test_tf_example_decoding_handles_bytes_ints_floats_and_negatives():

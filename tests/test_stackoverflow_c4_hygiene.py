@@ -9,10 +9,9 @@
 
 import gzip
 import json
-import sqlite3
 
 import pytest
-from test_source_stackoverflow import tf_example
+from test_source_stackoverflow import tf_example, write_tff_sqlite
 
 from benchmark.federation.clients import ClientData, client_scope
 from datasets_builders import storage
@@ -34,29 +33,19 @@ ROUNDED = "creating rounded corners using css"
 
 
 def make_tff_sqlite(path, rows):
-    """The TFF layout: ``examples(split_name, client_id, serialized_example_proto)``."""
-    db = sqlite3.connect(path)
-    db.execute(
-        "CREATE TABLE examples (split_name TEXT NOT NULL, client_id TEXT NOT NULL, "
-        "serialized_example_proto BLOB NOT NULL)"
-    )
-    db.execute(
-        "CREATE TABLE client_metadata (client_id TEXT NOT NULL, split_name TEXT NOT NULL, "
-        "num_examples INTEGER NOT NULL)"
-    )
-    for split, client, tokens, kind, title in rows:
-        blob = tf_example(
+    """A TFF dump of ``rows`` (split, client, tokens, type, question title)."""
+    examples = [
+        (split, client, tf_example(
             creation_date="2015-03-02 10:00:00.1 UTC" if split != "test" else "2018-05-01 UTC",
             score=3,
             tags="sql|median",
             title=title,
             tokens=tokens,
             type=kind,
-        )
-        db.execute("INSERT INTO examples VALUES (?, ?, ?)", (split, client, blob))
-    db.commit()
-    db.close()
-    return path
+        ))
+        for split, client, tokens, kind, title in rows
+    ]  # fmt: skip
+    return write_tff_sqlite(path, examples)
 
 
 SO_ROWS = [
