@@ -319,6 +319,7 @@ def run(
         seed=pool_seed(spec, run_dir),
         unit=spec.privacy.unit,
         allow_nonprivate=math.isinf(spec.privacy.epsilon),
+        simulated=spec.privacy.guarantee == "simulated",
         independence_checks=INDEPENDENCE_CHECKS,  # every run, `guarantee: simulated` too
         executor=launch.client_worker(units, run_dir) if isolated else None,
         local_trainer=LocalLMTrainer(lambda: profile.conditional_lm()),

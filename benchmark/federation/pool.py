@@ -30,9 +30,12 @@ from benchmark.federation.recompute import BATCH, CLIENT, ENCODE, Recheck, outpu
 from benchmark.federation.tree import TreeAggregator
 from benchmark.privacy.errors import PrivacyError
 from benchmark.privacy.ledger import (
+    EXPONENTIAL,
+    LAPLACE,
     NONPRIVATE,
     SUBSAMPLED_GAUSSIAN,
     TREE_AGGREGATION,
+    UNCHARGED,
     PrivacyLedger,
     Release,
 )
@@ -210,6 +213,9 @@ class ClientPool:
     depend on who else is in the batch (a batch of one is seeded like the full batch).
     Non-private releases are not checked (their ε is already infinite).
     ``independence_checks=0`` turns the check off; the runner never does.
+
+    ``simulated`` (a ``guarantee: simulated`` run) allows the one uncharged release a
+    paper's own accounting needs (:meth:`part_sizes`); the ledger records it as such.
     """
 
     def __init__(
@@ -223,6 +229,7 @@ class ClientPool:
         independence_checks: int = INDEPENDENCE_CHECKS,
         executor: ClientExecutor | None = None,
         local_trainer: LocalTrainer | None = None,
+        simulated: bool = False,
     ) -> None:
         self._ids = sorted(clients)
         self._records = [list(clients[cid]) for cid in self._ids]
@@ -243,6 +250,9 @@ class ClientPool:
         self._silos = silos(self._records) if unit == CLIENT_SAMPLE else []
         self._groups: dict[str, list[int]] = {}
         self._local_trainer = local_trainer
+        # paper 003: each partition's part count and every unit's part (-1: none)
+        self._partitions: dict[str, tuple[int, np.ndarray]] = {}
+        self._simulated = simulated
 
     def __getattr__(self, name: str) -> Any:
         raise ServerAccessError(
@@ -357,12 +367,35 @@ class ClientPool:
         call_key: tuple[int, ...],
         check: Recheck,
     ) -> tuple[np.ndarray, float]:
-        """Sum of the clipped client vectors, and the seconds the clients took. The executor
-        yields one client's row at a time unless ``batched`` (one call over all
-        ``indices``), so only one client's vector (e.g. a full model delta) is held at once,
-        besides the (at most ``independence_checks``) rows kept for ``check``, which the
-        caller finishes. Calls are seeded from ``call_key``. Costs are counted for the
-        ``expected`` (public) number of participants; client seconds exclude the check."""
+        """Sum of the clipped client vectors, and the seconds the clients took (see
+        :meth:`_client_rows`). Only one client's vector (e.g. a full model delta) is held
+        at once, besides the rows kept for ``check``."""
+        total = np.zeros(dim)
+
+        def add(rows: np.ndarray) -> None:
+            nonlocal total
+            total += self._row_sum(rows, clip_norm)
+
+        seconds = self._client_rows(indices, job, dim, batched, expected, call_key, check, add)
+        return total, seconds
+
+    def _client_rows(
+        self,
+        indices: list[int],
+        job: Job,
+        dim: int,
+        batched: bool,
+        expected: float,
+        call_key: tuple[int, ...],
+        check: Recheck,
+        consume: Callable[[np.ndarray], None],
+    ) -> float:
+        """Run the client calls and hand each call's validated rows to ``consume``; return
+        the seconds the clients took. The executor yields one client's row at a time
+        unless ``batched`` (one call over all ``indices``). Each row is submitted to
+        ``check`` (which keeps at most ``independence_checks`` of them; the caller finishes
+        it). Calls are seeded from ``call_key``. Costs are counted for the ``expected``
+        (public) number of participants; client seconds exclude the check."""
         if batched:
             seeds = [self._call_seed(*call_key, BATCH_STREAM)] * len(indices)
             groups = [indices] if indices else []
@@ -371,20 +404,38 @@ class ClientPool:
             groups = [[i] for i in indices]
         seed_of = dict(zip(indices, seeds, strict=True))
         start = time.perf_counter()
-        total = np.zeros(dim)
         outputs = iter(self._executor.rows(job, indices, seeds[:1] if batched else seeds, batched))
         for group in groups:
             rows = self._validated(next(outputs, None), len(group), dim)
             for position, i in enumerate(group):
                 kept = rows[position : position + 1] if batched else rows[position]
                 check.submit(i, self._records[i], seed_of[i], {"row": kept})
-            total += self._row_sum(rows, clip_norm)
+            consume(rows)
         if next(outputs, None) is not None:
             raise PrivacyError("the client side sent more rows than clients")
         seconds = time.perf_counter() - start
         floats_down, texts_down = self._executor.payload_counts
         self.costs.add(expected, floats_down, texts_down, dim, seconds)
-        return total, seconds
+        return seconds
+
+    def _checked_rows(self, job: Job, dim: int, batched: bool, checked: bool) -> np.ndarray:
+        """Every unit's row (num_clients, dim), in unit order, independence-checked when
+        ``checked``: for the mechanisms that need the rows themselves, not their sum
+        (a Laplace sum's L1 clipping, DP-PCA's covariance, DP-SGD's per-row gradients,
+        a partition). They stay in this process."""
+        indices = list(range(self.num_clients))
+        kind = BATCH if batched else CLIENT
+        check = self._recheck(kind, job, self._choose(indices if checked else []))
+        parts: list[np.ndarray] = []
+        key = (self._release_index,)
+        seconds = self._client_rows(
+            indices, job, dim, batched, len(indices), key, check, parts.append
+        )
+        check.finish(seconds)
+        rows = np.concatenate(parts) if parts else np.zeros((0, dim))
+        if not np.all(np.isfinite(rows)):
+            raise PrivacyError("a client-side function returned a non-finite value")
+        return rows.astype(np.float64)
 
     def _checked_sum(
         self,
@@ -629,6 +680,251 @@ class ClientPool:
         )
         return tree.add_leaf(leaf)
 
+    # -- paper 003: pure-ε releases, DP-PCA, partitions and per-part DP-SGD ---------------
+
+    def laplace_aggregate(
+        self,
+        client_fn: ClientFn | BatchFn,
+        payload: Any = None,
+        *,
+        dim: int,
+        l1_bound: float,
+        epsilon: float,
+        label: str,
+        batched: bool = False,
+    ) -> np.ndarray:
+        """Every unit's vector clipped to L1 norm ``l1_bound``, summed, plus Laplace noise
+        of scale ``l1_bound``/ε per coordinate: ε-DP (pure) under add/remove of a unit.
+        ``epsilon=inf`` is the exact sum, in a non-private run only."""
+        dim = plain_number("dim", dim, integer=True)
+        l1_bound = plain_number("l1_bound", l1_bound)
+        epsilon = plain_number("epsilon", epsilon)
+        self._unit_level("pool.laplace_aggregate")
+        nonprivate = self._check_pure(epsilon, l1_bound)
+        batched = plain_flag("batched", batched)
+        rows = self._checked_rows(job_of(client_fn, payload), dim, batched, not nonprivate)
+        norms = np.abs(rows).sum(axis=1)
+        total = np.minimum(1.0, l1_bound / np.maximum(norms, 1e-12)) @ rows
+        if not nonprivate:
+            total = total + self._rng(1).laplace(0.0, l1_bound / epsilon, size=dim)
+        self._record_pure(nonprivate, LAPLACE, epsilon, l1_bound, label, dim)
+        return total
+
+    def dp_pca(
+        self,
+        client_fn: ClientFn | BatchFn,
+        payload: Any = None,
+        *,
+        dim: int,
+        components: int,
+        epsilon: float,
+        label: str,
+        batched: bool = False,
+    ) -> np.ndarray:
+        """A (dim, components) orthonormal basis of the units' vectors' top principal
+        directions: the vectors are clipped to L2 norm 1 and the components drawn by the
+        exponential mechanism (:mod:`benchmark.federation.dp_pca`), ε-DP (pure).
+        Uncentred: a caller that wants centring releases a mean first and subtracts it
+        client side. ``epsilon=inf`` gives the exact top eigenvectors (non-private runs)."""
+        from benchmark.federation.dp_pca import top_eigenvectors
+
+        dim = plain_number("dim", dim, integer=True)
+        components = plain_number("components", components, integer=True)
+        epsilon = plain_number("epsilon", epsilon)
+        self._unit_level("pool.dp_pca")
+        if not 1 <= components <= dim:
+            raise PrivacyError(f"components must be in [1, dim={dim}], got {components}")
+        nonprivate = self._check_pure(epsilon, 1.0)
+        batched = plain_flag("batched", batched)
+        rows = self._checked_rows(job_of(client_fn, payload), dim, batched, not nonprivate)
+        norms = np.linalg.norm(rows, axis=1)
+        rows *= np.minimum(1.0, 1.0 / np.maximum(norms, 1e-12))[:, None]
+        basis = top_eigenvectors(rows.T @ rows, components, epsilon, self._rng(1))
+        self._record_pure(nonprivate, EXPONENTIAL, epsilon, 1.0, label, dim)
+        return basis
+
+    def define_partition(
+        self,
+        name: str,
+        client_fn: ClientFn | BatchFn,
+        payload: Any = None,
+        *,
+        parts: int,
+        batched: bool = False,
+    ) -> None:
+        """Each unit computes, client side, which of ``parts`` parts it is in (its row: one
+        number; anything else puts it in no part). The pool keeps the assignment and
+        never returns it; releases on a part (:meth:`part_sizes`, :meth:`dp_logistic_sgd`)
+        use only that part's units, so releases on different parts compose in parallel.
+        A partition is fixed once defined, and the rows are independence-checked: a unit's
+        part must depend on its own data only, or adding it could move others."""
+        parts = plain_number("parts", parts, integer=True)
+        self._unit_level("pool.define_partition")
+        if type(name) is not str or not name or name in self._partitions:
+            raise PrivacyError(f"a partition needs a new, non-empty name, got {name!r}")
+        if parts < 1:
+            raise PrivacyError(f"parts must be >= 1, got {parts}")
+        batched = plain_flag("batched", batched)
+        rows = self._checked_rows(
+            job_of(client_fn, payload), 1, batched, not self._allow_nonprivate
+        )
+        values = rows[:, 0]
+        valid = (values == np.round(values)) & (values >= 0) & (values < parts)
+        self._partitions[name] = (parts, np.where(valid, values, -1).astype(np.int64))
+        self._release_index += 1
+
+    def _part(self, partition: str, part: int) -> np.ndarray:
+        """The members of one part (a boolean mask over units)."""
+        if type(partition) is not str or partition not in self._partitions:
+            raise PrivacyError(f"no partition named {partition!r}; define it first")
+        parts, assignment = self._partitions[partition]
+        if not 0 <= part < parts:
+            raise PrivacyError(f"partition {partition!r} has parts 0..{parts - 1}, got {part}")
+        return assignment == part
+
+    def part_sizes(self, partition: str, *, epsilon: float, label: str) -> np.ndarray:
+        """The number of units in each part, with Laplace noise of scale 1/ε (a unit moves
+        one count by one): ε-DP. ``epsilon=inf`` releases the exact counts: recorded as a
+        non-private release in a non-private run; in a ``guarantee: simulated`` run it is
+        allowed uncharged (paper 003's own accounting, which never privatised its cluster
+        histogram) and recorded as such; refused in any formal private run."""
+        epsilon = plain_number("epsilon", epsilon)
+        self._unit_level("pool.part_sizes")
+        if type(partition) is not str or partition not in self._partitions:
+            raise PrivacyError(f"no partition named {partition!r}; define it first")
+        parts, assignment = self._partitions[partition]
+        counts = np.bincount(assignment[assignment >= 0], minlength=parts).astype(np.float64)
+        if math.isinf(epsilon) and self._simulated and not self._allow_nonprivate:
+            uncharged = Release(UNCHARGED, 0.0, 1.0, 1.0, 1, label, unit=self._unit, dim=parts)
+            self._ledger.record(uncharged)
+            self._release_index += 1
+            return counts
+        nonprivate = self._check_pure(epsilon, 1.0)
+        if not nonprivate:
+            counts = counts + self._rng(1).laplace(0.0, 1.0 / epsilon, size=parts)
+        self._record_pure(nonprivate, LAPLACE, epsilon, 1.0, label, parts)
+        return counts
+
+    def dp_logistic_sgd(
+        self,
+        client_fn: ClientFn | BatchFn,
+        payload: Any = None,
+        *,
+        dim: int,
+        init: list[float],
+        noise_multiplier: float,
+        clip_norm: float,
+        sample_rate: float,
+        steps: int,
+        lr: float,
+        expected_batch: float,
+        label: str,
+        partition: str | None = None,
+        part: int | None = None,
+        batched: bool = False,
+    ) -> np.ndarray:
+        """DP-SGD of a linear Bradley–Terry model θ on the units' feature rows (one per
+        unit, computed client side once), run here
+        (:func:`benchmark.federation.linear_dp_sgd.logistic_dp_sgd`); returns θ. With a
+        ``partition``, only ``part``'s members contribute (the others' rows are zeroed
+        here) and the release is recorded on that part. Poisson sampling at
+        ``sample_rate`` over ``steps`` steps; ``noise_multiplier`` 0 only in a
+        non-private run."""
+        from benchmark.federation.linear_dp_sgd import logistic_dp_sgd
+
+        dim = plain_number("dim", dim, integer=True)
+        theta = np.array([plain_number("init", v) for v in init], dtype=np.float64)
+        noise_multiplier = plain_number("noise_multiplier", noise_multiplier)
+        clip_norm = plain_number("clip_norm", clip_norm)
+        sample_rate = plain_number("sample_rate", sample_rate)
+        steps = plain_number("steps", steps, integer=True)
+        lr = plain_number("lr", lr)
+        expected_batch = plain_number("expected_batch", expected_batch)
+        self._unit_level("pool.dp_logistic_sgd")
+        if theta.shape != (dim,) or not np.all(np.isfinite(theta)):
+            raise PrivacyError(f"init must be {dim} finite numbers")
+        if steps < 1 or not (math.isfinite(lr) and math.isfinite(expected_batch)):
+            raise PrivacyError("steps must be >= 1, lr and expected_batch finite")
+        if expected_batch <= 0 or not 0 < sample_rate <= 1:
+            raise PrivacyError("expected_batch must be > 0 and sample_rate in (0, 1]")
+        nonprivate = self._check_mechanism(clip_norm, noise_multiplier)
+        if nonprivate and not math.isfinite(clip_norm):
+            raise PrivacyError("DP-SGD needs a finite clip_norm")
+        members = None
+        if partition is not None or part is not None:
+            members = self._part(partition, plain_number("part", part, integer=True))
+        batched = plain_flag("batched", batched)
+        rows = self._checked_rows(job_of(client_fn, payload), dim, batched, not nonprivate)
+        if members is not None:
+            rows[~members] = 0.0
+        theta = logistic_dp_sgd(
+            rows,
+            theta,
+            noise_multiplier=noise_multiplier,
+            clip_norm=clip_norm,
+            sample_rate=sample_rate,
+            steps=steps,
+            lr=lr,
+            expected_batch=expected_batch,
+            rng=self._rng(1),
+        )
+        self._ledger.record(
+            Release(
+                mechanism=NONPRIVATE if nonprivate else SUBSAMPLED_GAUSSIAN,
+                noise_multiplier=noise_multiplier,
+                sensitivity=math.inf if nonprivate else clip_norm,
+                sample_rate=sample_rate,
+                count=steps,
+                label=label,
+                sampling="full" if sample_rate == 1 else "poisson",
+                unit=self._unit,
+                dim=dim,
+                partition=partition or "",
+                part=-1 if members is None else int(part),
+            )
+        )
+        self._release_index += 1
+        return theta
+
+    def _check_pure(self, epsilon: float, sensitivity: float) -> bool:
+        """Validate a pure-ε mechanism's budget; True for an exact (non-private) release."""
+        if math.isnan(epsilon) or epsilon <= 0:
+            raise PrivacyError(f"epsilon must be > 0, got {epsilon}")
+        if math.isinf(epsilon):
+            if not self._allow_nonprivate:
+                raise PrivacyError(
+                    "an exact release (epsilon=inf) is only allowed in a non-private run "
+                    "(privacy.epsilon: inf)"
+                )
+            return True
+        if not (math.isfinite(sensitivity) and sensitivity > 0):
+            raise PrivacyError(f"a private release needs a finite bound > 0, got {sensitivity}")
+        return False
+
+    def _record_pure(
+        self,
+        nonprivate: bool,
+        mechanism: str,
+        epsilon: float,
+        sensitivity: float,
+        label: str,
+        dim: int,
+    ) -> None:
+        self._ledger.record(
+            Release(
+                mechanism=NONPRIVATE if nonprivate else mechanism,
+                noise_multiplier=0.0 if nonprivate or mechanism != LAPLACE else 1.0 / epsilon,
+                sensitivity=math.inf if nonprivate else sensitivity,
+                sample_rate=1.0,
+                count=1,
+                label=label,
+                unit=self._unit,
+                dim=dim,
+                epsilon=0.0 if nonprivate else epsilon,
+            )
+        )
+        self._release_index += 1
+
     # -- client_sample runs (paper 001): sample-level DP per client, client groups --------
 
     def define_group(self, name: str, clients: list[int]) -> None:
@@ -840,6 +1136,7 @@ class ClientPool:
             "memos": self._executor.memos(),
             "trees": {k: t.state_dict() for k, t in self._trees.items()},
             "groups": self._groups,
+            "partitions": {k: (n, a.tolist()) for k, (n, a) in self._partitions.items()},
             "costs": self.costs,
         }
 
@@ -859,4 +1156,8 @@ class ClientPool:
         self._executor.load_memos(state["memos"])
         self._trees = {k: TreeAggregator.from_state(v) for k, v in state["trees"].items()}
         self._groups = {k: [int(c) for c in v] for k, v in state.get("groups", {}).items()}
+        self._partitions = {
+            k: (int(n), np.array(a, dtype=np.int64))
+            for k, (n, a) in state.get("partitions", {}).items()
+        }
         self.costs = state["costs"]

@@ -32,6 +32,10 @@ class MethodError(RuntimeError):
     """Method code raised (in the method process); the message is the method's own."""
 
 
+# Pool operations that run a client-side job and answer with one array.
+ARRAY_OPS = ("laplace_aggregate", "dp_pca", "dp_logistic_sgd")
+
+
 def _error_types() -> dict[str, Callable[[str], Exception]]:
     """Errors the harness's own code raises in the method process, re-raised here as the
     same types (tests and users match on them); anything else is a :class:`MethodError`."""
@@ -126,6 +130,13 @@ class MethodProcess:
                 aggregate = getattr(pool, op)(job, None, **args)
                 noisy = wire.array_bytes(aggregate.noisy_sum)
                 return {"expected_count": aggregate.expected_count}, noisy
+            if op in ARRAY_OPS:
+                return {}, wire.array_bytes(getattr(pool, op)(job, None, **args))
+            if op == "part_sizes":
+                return {}, wire.array_bytes(pool.part_sizes(args.pop("partition"), **args))
+            if op == "define_partition":
+                pool.define_partition(args.pop("name"), job, None, **args)
+                return {}, b""
             if op == "tree_step":
                 prefix = pool.tree_step(args["name"], job, None, batched=args["batched"])
                 return {}, wire.array_bytes(prefix)

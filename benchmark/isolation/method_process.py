@@ -144,6 +144,28 @@ class PoolProxy:
         blob = _state_blob(weights, "local_dp_finetune")
         return load_state_blob(self._call("local_dp_finetune", kwargs, blob)[1][0])
 
+    def laplace_aggregate(self, client_fn: Any, payload: Any = None, **kwargs: Any) -> Any:
+        return self._array("laplace_aggregate", kwargs, client_fn, payload)
+
+    def dp_pca(self, client_fn: Any, payload: Any = None, **kwargs: Any) -> Any:
+        return self._array("dp_pca", kwargs, client_fn, payload)
+
+    def define_partition(
+        self, name: str, client_fn: Any, payload: Any = None, **kwargs: Any
+    ) -> None:
+        self._call("define_partition", {**kwargs, "name": name}, _job(client_fn, payload))
+
+    def part_sizes(self, partition: str, **kwargs: Any) -> Any:
+        return wire.array_from(self._call("part_sizes", {**kwargs, "partition": partition})[1][0])
+
+    def dp_logistic_sgd(self, client_fn: Any, payload: Any = None, **kwargs: Any) -> Any:
+        init = [float(v) for v in kwargs.pop("init")]
+        return self._array("dp_logistic_sgd", {**kwargs, "init": init}, client_fn, payload)
+
+    def _array(self, op: str, args: dict[str, Any], client_fn: Any, payload: Any) -> Any:
+        """An operation whose answer is one array (checked by the pool's own signature)."""
+        return wire.array_from(self._call(op, args, _job(client_fn, payload))[1][0])
+
     def dp_sgd(self, *args: Any, **kwargs: Any) -> Any:
         raise PrivacyError(
             "pool.dp_sgd is not available in an isolated run: its per-example clipping and "

@@ -17,6 +17,13 @@ Three accountants compose the ledger's releases:
 The analytic Gaussian mechanism (Balle & Wang 2018) gives exact ε for one Gaussian
 release; T full-participation Gaussian releases of noise σ equal one of noise σ/√T.
 
+Pure ε-DP releases (Laplace, exponential mechanism) add their ε to the Gaussian part's
+ε at δ (basic composition, as paper 003 accounts DP-PCA + DP-KMeans + DP-SGD). Releases
+on the parts of one partition (paper 003's per-cluster DP-SGD) compose in parallel: a
+unit is in one part, so the ledger's ε is the worst part's, each part composed with the
+releases that touch every unit. An ``uncharged`` release (``guarantee: simulated`` runs
+only) adds nothing: that is what makes such a run's ε simulated.
+
 dp-accounting, opacus (which loads torch) and scipy are imported where they are used,
 so importing this module (the CLI does, for every command) stays cheap.
 """
@@ -29,7 +36,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from benchmark.privacy.ledger import NONPRIVATE, SUBSAMPLED_GAUSSIAN, TREE_AGGREGATION, Release
+from benchmark.privacy.ledger import (
+    NONPRIVATE,
+    PURE,
+    SUBSAMPLED_GAUSSIAN,
+    TREE_AGGREGATION,
+    UNCHARGED,
+    Release,
+)
 
 if TYPE_CHECKING:
     from dp_accounting import DpEvent, PrivacyAccountant
@@ -157,17 +171,38 @@ def epsilon_from_ledger(
 
 
 def _composed_epsilon(releases: Sequence[Release], delta: float, accountant: str) -> float:
+    """ε of ``releases``: parallel over the parts of their partition (at most one), and
+    within a part, pure ε plus the Gaussian releases' ε at ``delta``."""
     if any(r.mechanism == NONPRIVATE for r in releases):
         return math.inf
-    if not releases:
-        return 0.0
-    compositions = _compositions(releases)
+    partitions = {r.partition for r in releases if r.partition}
+    if len(partitions) > 1:
+        raise ValueError(
+            f"releases on more than one partition ({sorted(partitions)}) cannot be composed "
+            "in parallel: a unit's parts in two partitions are not disjoint releases"
+        )
+    shared = [r for r in releases if not r.partition]
+    parts: dict[int, list[Release]] = {}
+    for r in releases:
+        if r.partition:
+            parts.setdefault(r.part, []).append(r)
+    if not parts:
+        return _sequential_epsilon(shared, delta, accountant)
+    return max(_sequential_epsilon(shared + part, delta, accountant) for part in parts.values())
+
+
+def _sequential_epsilon(releases: Sequence[Release], delta: float, accountant: str) -> float:
+    pure = sum(r.count * r.epsilon for r in releases if r.mechanism in PURE)
+    gaussian = [r for r in releases if r.mechanism not in (*PURE, UNCHARGED)]
+    if not gaussian:
+        return pure
+    compositions = _compositions(gaussian)
     if accountant != "rdp" and any(c[0] == TREE_AGGREGATION for c in compositions):
         raise ValueError(
             f"accountant {accountant!r} cannot account for tree_aggregation releases; "
             "use accountant='rdp'"
         )
-    return _COMPOSERS[accountant](compositions, delta)
+    return pure + _COMPOSERS[accountant](compositions, delta)
 
 
 def group_epsilons(

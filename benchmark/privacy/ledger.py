@@ -3,6 +3,11 @@
 Only harness code appends to it (the client pool, the DP-SGD trainer, the tree
 aggregator). ε is never reported by a method: it is recomputed from these entries by an
 accountant (:mod:`benchmark.privacy.accountants`).
+
+Two families of mechanisms: Gaussian ones, described by a noise multiplier and composed
+by the accountant at δ, and pure ε-DP ones (Laplace, the exponential mechanism), which
+carry their ``epsilon`` and are added to the Gaussian part by basic composition (paper
+003's accounting, §6 of its spec).
 """
 
 from __future__ import annotations
@@ -17,7 +22,15 @@ from typing import Any
 SUBSAMPLED_GAUSSIAN = "subsampled_gaussian"  # count compositions of a (Poisson-)sampled Gaussian
 TREE_AGGREGATION = "tree_aggregation"  # one single-epoch tree with `count` leaves (DP-FTRL)
 NONPRIVATE = "nonprivate"  # a release without noise: ε = ∞
-MECHANISMS = (SUBSAMPLED_GAUSSIAN, TREE_AGGREGATION, NONPRIVATE)
+LAPLACE = "laplace"  # pure ε: Laplace noise of scale sensitivity/ε on an L1-bounded sum
+EXPONENTIAL = "exponential"  # pure ε: the exponential mechanism (DP-PCA's eigenvectors)
+PURE = (LAPLACE, EXPONENTIAL)
+# An exact statistic released without charge: only in a `guarantee: simulated` run, where
+# it keeps a paper's own (incomplete) accounting visible (paper 003's cluster histogram).
+UNCHARGED = "uncharged"
+MECHANISMS = (SUBSAMPLED_GAUSSIAN, TREE_AGGREGATION, NONPRIVATE, UNCHARGED, *PURE)
+# Fields written to JSON only when set, so records made before they existed are unchanged.
+OPTIONAL_FIELDS = {"groups": (), "epsilon": 0.0, "partition": "", "part": -1}
 SAMPLINGS = ("full", "poisson")
 
 
@@ -34,6 +47,14 @@ class Release:
     empty otherwise. A grouped ledger is accounted per group, by basic composition over
     its phases (entries sharing a ``label``); see
     :func:`benchmark.privacy.accountants.group_epsilons`.
+
+    ``epsilon`` is the pure ε of one composition of a :data:`PURE` mechanism (its
+    ``noise_multiplier`` is then 1/ε for Laplace and 0 for the exponential mechanism).
+
+    ``partition`` and ``part`` mark a release that touches only the units of one part of
+    a partition of the population that the units compute themselves (paper 003's
+    per-cluster DP-SGD): a unit is in exactly one part, so the parts compose in parallel
+    (the accountant takes the worst part).
     """
 
     mechanism: str
@@ -46,6 +67,9 @@ class Release:
     unit: str = "user"
     dim: int = 0
     groups: tuple[str, ...] = ()
+    epsilon: float = 0.0
+    partition: str = ""
+    part: int = -1
 
     def __post_init__(self) -> None:
         if self.mechanism not in MECHANISMS:
@@ -56,10 +80,19 @@ class Release:
             raise ValueError(f"sample_rate must be in (0, 1], got {self.sample_rate}")
         if self.count < 1:
             raise ValueError(f"count must be >= 1, got {self.count}")
-        if self.mechanism != NONPRIVATE and not (
-            self.noise_multiplier > 0 and math.isfinite(self.sensitivity) and self.sensitivity > 0
+        if (self.mechanism in PURE) != (self.epsilon != 0.0):
+            raise ValueError(f"epsilon is set for (and only for) the pure mechanisms {PURE}")
+        if self.mechanism in PURE and not (math.isfinite(self.epsilon) and self.epsilon > 0):
+            raise ValueError(f"a pure release needs a finite epsilon > 0, got {self.epsilon}")
+        if self.mechanism in PURE and self.sample_rate != 1.0:
+            raise ValueError("a pure release claims no amplification by sampling: sample_rate 1")
+        noisy = self.noise_multiplier > 0 or self.mechanism in PURE
+        if self.mechanism not in (NONPRIVATE, UNCHARGED) and not (
+            noisy and math.isfinite(self.sensitivity) and self.sensitivity > 0
         ):
             raise ValueError("a private release needs noise_multiplier > 0, finite sensitivity")
+        if bool(self.partition) != (self.part >= 0):
+            raise ValueError("a partitioned release names both its partition and its part")
 
 
 @dataclass
@@ -76,15 +109,16 @@ class PrivacyLedger:
         return all(r.mechanism != NONPRIVATE for r in self.releases)
 
     def to_json(self) -> list[dict[str, Any]]:
-        """Entries as JSON objects; ``groups`` only where set, so the records of ungrouped
-        runs are what they were before groups existed."""
+        """Entries as JSON objects; the :data:`OPTIONAL_FIELDS` only where set, so the
+        records of runs that use none of them are what they were before they existed."""
         entries = []
         for release in self.releases:
             entry = asdict(release)
-            if release.groups:
+            for name, unset in OPTIONAL_FIELDS.items():
+                if entry[name] == unset:
+                    del entry[name]
+            if "groups" in entry:
                 entry["groups"] = list(release.groups)
-            else:
-                del entry["groups"]
             entries.append(entry)
         return entries
 
