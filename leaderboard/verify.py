@@ -13,7 +13,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from benchmark.privacy.accountants import epsilon_from_ledger, group_epsilons
-from benchmark.privacy.ledger import PrivacyLedger
+from benchmark.privacy.ledger import UNCHARGED, PrivacyLedger
 from leaderboard.entries import version_of
 from leaderboard.schema import EntryError
 from leaderboard.signing import check_signature, key_files, load_public_key, sign_entry
@@ -55,6 +55,9 @@ def check_entry(entry: dict[str, Any], split_hashes: dict[str, str] | None = Non
     """Raise :class:`EntryError` naming the first inconsistency of a (schema-valid) entry."""
     privacy = entry["privacy"]
     ledgers = [PrivacyLedger.from_json(ledger).releases for ledger in privacy["ledgers"]]
+    uncharged = any(r.mechanism == UNCHARGED for releases in ledgers for r in releases)
+    if uncharged and privacy["guarantee"] != "simulated":
+        raise EntryError("an uncharged release makes the guarantee simulated, not formal")
     if "group_epsilons" in privacy:
         recomputed = _checked_group_epsilons(privacy, ledgers)
     else:

@@ -138,6 +138,26 @@ def test_verify_recomputes_epsilon_from_ledger(store):
     assert "recomputed from the stored ledgers" in reason
 
 
+def test_verify_rejects_an_uncharged_release_in_a_formal_entry(store):
+    from leaderboard.entries import integrity_digest
+
+    path = entry_files(store)[0]
+    entry = json.loads(path.read_text())
+    uncharged = {
+        "mechanism": "uncharged",
+        "noise_multiplier": 0.0,
+        "sensitivity": 1.0,
+        "sample_rate": 1.0,
+        "count": 1,
+        "label": "histogram",
+    }
+    entry["privacy"]["ledgers"][0].append(uncharged)  # ε unchanged: it adds nothing
+    entry["integrity"] = integrity_digest(entry)
+    path.write_text(json.dumps(entry))
+    [(_, reason)] = verify_tree(store, {"v-test": "abc"})
+    assert "guarantee simulated, not formal" in reason
+
+
 def test_verify_checks_manifest_hash(store):
     [(_, reason), _] = verify_tree(store, {"v-test": "different"})
     assert "manifest hash different" in reason
@@ -267,7 +287,7 @@ def test_site_renders_and_sorts_in_headless_chromium(store, tmp_path):
             str(site),
             "--metric",
             METRIC,
-        ],  # fmt: skip
+        ],
     )
     assert result.exit_code == 0, result.output
     driver = chromium_driver()
