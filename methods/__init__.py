@@ -13,6 +13,7 @@ _BUILTIN_METHODS = {
     "popri": "methods.popri:POPri",
     "fed_ctg": "methods.fed_ctg:FedCTG",
     "dp_ftrl_dm": "methods.dp_ftrl_dm:DPFTRLDM",
+    "dpprefsyn": "methods.dpprefsyn:DPPrefSyn",
 }
 
 for _name, _target in _BUILTIN_METHODS.items():

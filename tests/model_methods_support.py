@@ -1,6 +1,7 @@
-"""Shared test support for the model-releasing adapters (public_only, nonprivate, dp_fedavg,
-dp_ftrl): a small in-memory federated split, a method context on the tiny profile, and a
-driver that runs a method the way the runner does (torch reseeded per round)."""
+"""Shared test support for the adapters (public_only, nonprivate, dp_fedavg, dp_ftrl,
+dpprefsyn, ...): small in-memory federated splits (texts; preference tuples), a method
+context on the tiny profile, and a driver that runs a method the way the runner does
+(torch reseeded per round)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ from typing import Any
 
 import torch
 
-from benchmark.data import FederatedSplit, group_by_client
+from benchmark.data import FederatedSplit
 from benchmark.federation.pool import ClientPool
 from benchmark.federation.quarantine import Diagnostics
 from benchmark.method import Method, MethodContext
 from benchmark.privacy.ledger import PrivacyLedger
 from benchmark.profiles import get_profile
+from benchmark.runner import privacy_units
 from benchmark.spec import PrivacySpec
 
 TOPICS = ("river", "garden", "market", "library", "train", "kitchen", "harbour", "forest")
@@ -62,6 +64,38 @@ def make_split(n_clients: int = 8, per_client: int = 3) -> FederatedSplit:
     )
 
 
+PREFERENCE_TOPICS = ("river", "garden", "market", "library", "harbour", "forest")
+
+
+def prompt(topic: str) -> str:
+    return f"\n\nHuman: what do you think of the {topic}?\n\nAssistant: "
+
+
+def make_preference_split(n: int = 120) -> FederatedSplit:
+    """Two kinds of annotators: one prefers warm, long answers, the other short, dry ones."""
+    train = []
+    for i in range(n):
+        topic = PREFERENCE_TOPICS[i % len(PREFERENCE_TOPICS)]
+        warm = f"I really love the {topic}, it is lovely and calm and full of wonderful light."
+        dry = f"The {topic} is fine."
+        chosen, rejected = (warm, dry) if i % 3 else (dry, warm)
+        train.append(
+            {
+                "text": prompt(topic) + chosen,
+                "client_id": f"s{i:03d}",
+                "prompt": prompt(topic),
+                "chosen": chosen,
+                "rejected": rejected,
+            }
+        )
+    public = [
+        {"text": prompt(t), "client_id": "public", "prompt": prompt(t)} for t in PREFERENCE_TOPICS
+    ]
+    return FederatedSplit(
+        "prefs", {"version": "v-test"}, {"train": train, "validation": [], "public": public}
+    )
+
+
 def make_context(
     tmp_path: Path,
     *,
@@ -71,21 +105,27 @@ def make_context(
     seed: int = 0,
     pool_seed: int | None = None,
     accountant: str = "rdp",
+    unit: str = "user",
+    guarantee: str = "formal",
 ) -> MethodContext:
     """A method context as the runner builds it; ``pool_seed`` varies only the harness noise."""
     split = split or make_split()
     pool = ClientPool(
-        group_by_client(split.records("train")),
+        privacy_units(split, unit),
         ledger=PrivacyLedger(),
         seed=seed if pool_seed is None else pool_seed,
+        unit=unit,
         allow_nonprivate=math.isinf(epsilon),
+        simulated=guarantee == "simulated",
     )
     return MethodContext(
         pool=pool,
         public=split.records("public"),
         validation=split.records("validation"),
         profile=get_profile("tiny"),
-        privacy=PrivacySpec(epsilon=epsilon, delta=delta, accountant=accountant),
+        privacy=PrivacySpec(
+            epsilon=epsilon, delta=delta, unit=unit, accountant=accountant, guarantee=guarantee
+        ),
         seed=seed,
         work_dir=tmp_path,
         diagnostics=Diagnostics(tmp_path),

@@ -130,18 +130,27 @@ def test_a_submitted_adapter_cannot_claim_to_be_a_bound(tmp_path):
         go(tmp_path, spec("adv_claims_bound"))
 
 
-@pytest.mark.parametrize("method", ["dp_ftrl", "pre_text"])
+@pytest.mark.parametrize("method", ["dp_ftrl", "pre_text", "dpprefsyn"])
 def test_built_in_methods_release_the_same_on_both_paths(tmp_path, method):
-    """A tree-aggregation model release and a PE text release, spec-seeded noise, tiny
-    profile: the isolated path changes where code runs, not what it computes."""
+    """A tree-aggregation model release, a PE text release and a DPPrefSyn preference
+    release (pure-ε and per-part DP-SGD releases), spec-seeded noise, tiny profile: the
+    isolated path changes where code runs, not what it computes."""
+    from model_methods_support import make_preference_split
     from model_methods_support import make_split as model_split
 
-    split = model_split()
+    split = make_preference_split() if method == "dpprefsyn" else model_split()
+    unit = "sample" if method == "dpprefsyn" else "user"
     s = spec_from_dict(
         {
             "split": {"path": "unused"},
             "method": {"name": method, "params": {}},
-            "privacy": {"epsilon": 4.0, "delta": 1e-3, "allow_large_delta": True, **SEEDED},
+            "privacy": {
+                "epsilon": 4.0,
+                "delta": 1e-3,
+                "allow_large_delta": True,
+                "unit": unit,
+                **SEEDED,
+            },
             "evaluation": {"metrics": []},
             "seed": 3,
             "profile": "tiny",
@@ -152,7 +161,10 @@ def test_built_in_methods_release_the_same_on_both_paths(tmp_path, method):
         for isolated in (False, True)
     ]
     assert results[0].record["privacy"] == results[1].record["privacy"]
-    if method == "pre_text":
+    if method == "dpprefsyn":
+        assert results[0].artifact.pairs == results[1].artifact.pairs != []
+        assert "exponential" in json.dumps(results[1].record["privacy"])
+    elif method == "pre_text":
         assert results[0].artifact.texts == results[1].artifact.texts
     else:
         from safetensors.torch import load_file

@@ -305,15 +305,18 @@ class ClientPool:
         if noise_multiplier < 0 or math.isnan(noise_multiplier):
             raise PrivacyError(f"noise_multiplier must be >= 0, got {noise_multiplier}")
         if noise_multiplier == 0:
-            if not self._allow_nonprivate:
-                raise PrivacyError(
-                    "a release without noise (noise_multiplier=0) is only allowed in a "
-                    "non-private run (privacy.epsilon: inf)"
-                )
-            return True
+            return self._exact_allowed("a release without noise (noise_multiplier=0)")
         if not (math.isfinite(clip_norm) and clip_norm > 0):
             raise PrivacyError(f"a private release needs a finite clip_norm > 0, got {clip_norm}")
         return False
+
+    def _exact_allowed(self, what: str) -> bool:
+        """True if this run may make ``what`` (a non-private release), else a PrivacyError."""
+        if not self._allow_nonprivate:
+            raise PrivacyError(
+                f"{what} is only allowed in a non-private run (privacy.epsilon: inf)"
+            )
+        return True
 
     def _sample(self, sample_rate: float) -> list[int]:
         if not 0 < sample_rate <= 1:
@@ -891,12 +894,7 @@ class ClientPool:
         if math.isnan(epsilon) or epsilon <= 0:
             raise PrivacyError(f"epsilon must be > 0, got {epsilon}")
         if math.isinf(epsilon):
-            if not self._allow_nonprivate:
-                raise PrivacyError(
-                    "an exact release (epsilon=inf) is only allowed in a non-private run "
-                    "(privacy.epsilon: inf)"
-                )
-            return True
+            return self._exact_allowed("an exact release (epsilon=inf)")
         if not (math.isfinite(sensitivity) and sensitivity > 0):
             raise PrivacyError(f"a private release needs a finite bound > 0, got {sensitivity}")
         return False

@@ -1,0 +1,150 @@
+"""DPPrefSyn (paper 003): its releases, their accounting, and the synthesis they drive."""
+
+import math
+
+import numpy as np
+import pytest
+from model_methods_support import finish, make_context, make_preference_split, run_rounds
+
+from benchmark.federation.clients import ClientData, client_scope
+from benchmark.privacy.accountants import epsilon, epsilon_from_ledger
+from benchmark.privacy.errors import PrivacyError
+from benchmark.privacy.ledger import (
+    EXPONENTIAL,
+    LAPLACE,
+    NONPRIVATE,
+    SUBSAMPLED_GAUSSIAN,
+    UNCHARGED,
+)
+from benchmark.spec import SpecError
+from methods.dpprefsyn import DPPrefSyn
+from methods.preference_features import Differences, project
+
+
+def run(tmp_path, epsilon=4.0, params=None, **context):
+    split = make_preference_split()
+    ctx = make_context(
+        tmp_path,
+        epsilon=epsilon,
+        split=split,
+        unit="sample",
+        delta=1e-4,
+        accountant="prv",
+        **context,
+    )
+    method = DPPrefSyn(DPPrefSyn.resolve_config("tiny", {"gap": 0.0, **(params or {})}))
+    state = run_rounds(method, ctx)
+    return ctx, state, finish(method, ctx, state)
+
+
+@pytest.fixture(scope="module")
+def private_run(tmp_path_factory):
+    return run(tmp_path_factory.mktemp("dpprefsyn"))
+
+
+def test_every_private_step_is_a_recorded_harness_release(private_run):
+    ctx, state, _ = private_run
+    releases = ctx.pool.ledger.releases
+    kmeans = 2 * DPPrefSyn.configs["tiny"]["kmeans_iterations"]
+    expected = [LAPLACE, EXPONENTIAL] + [LAPLACE] * kmeans + [LAPLACE]  # mean, PCA, k-means, sizes
+    assert [r.mechanism for r in releases[: len(expected)]] == expected
+    rewards = releases[len(expected) :]
+    assert [r.part for r in rewards] == state["kept"] and state["kept"]
+    assert all(r.mechanism == SUBSAMPLED_GAUSSIAN and r.partition == "clusters" for r in rewards)
+    # ε0 = ε1 = ε/8, the histogram ε/16, the rest to DP-SGD: the total stays within ε = 4
+    pure = sum(r.epsilon for r in releases if r.epsilon)
+    assert pure == pytest.approx(4 * (1 / 8 + 1 / 8 + 1 / 16))
+    assert epsilon_from_ledger(releases, 1e-4, "prv") <= 4.0
+    # σ was solved for the smallest allowed cluster (q = 4/n_min, 4 epochs): there the
+    # budget is spent exactly; kept clusters are larger and cost less
+    n_min, sigma = state["smallest"], rewards[0].noise_multiplier
+    at_n_min = epsilon(sigma, 4 / n_min, n_min, 1e-4, "prv")
+    assert pure + at_n_min == pytest.approx(4.0, abs=0.01)
+
+
+def test_the_cluster_histogram_is_noisy_and_charged(private_run):
+    ctx, state, _ = private_run
+    (sizes,) = [r for r in ctx.pool.ledger.releases if r.label == "cluster_sizes"]
+    assert (sizes.mechanism, sizes.epsilon) == (LAPLACE, 4 / 16)
+    assert not np.allclose(state["sizes"], np.round(state["sizes"]))  # Laplace noise added
+
+
+def test_small_clusters_are_discarded_at_n_over_k_plus_4(private_run):
+    _, state, _ = private_run
+    smallest = 120 // (2 + 4)
+    assert state["smallest"] == smallest
+    assert state["kept"] == [k for k, s in enumerate(state["sizes"]) if s >= smallest]
+
+
+def test_the_release_ranks_public_candidates(private_run):
+    ctx, _, artifact = private_run
+    prompts = {r["prompt"] for r in ctx.public}
+    assert artifact.kind == "preferences" and artifact.pairs
+    for pair in artifact.pairs:
+        assert pair["prompt"] in prompts and pair["chosen"] != pair["rejected"]
+
+
+def test_the_paper_accounting_needs_a_simulated_guarantee(tmp_path):
+    with pytest.raises(PrivacyError, match="non-private run"):
+        run(tmp_path / "formal", params={"histogram": "exact"})
+    ctx, _, _ = run(tmp_path / "simulated", params={"histogram": "exact"}, guarantee="simulated")
+    labels = {r.label: r.mechanism for r in ctx.pool.ledger.releases}
+    assert labels["cluster_sizes"] == UNCHARGED
+
+
+def test_the_nonprivate_variant_learns_the_majority_preference(tmp_path):
+    ctx, state, artifact = run(tmp_path, epsilon=math.inf)
+    assert {r.mechanism for r in ctx.pool.ledger.releases} == {NONPRIVATE}
+    split = make_preference_split()
+    with client_scope():  # the differences as the units compute them, client side
+        units = [ClientData([r], {}) for r in split.records("train")]
+        diffs = Differences(ctx.profile.embedder())._compute(units)
+    z = project(diffs, state["mean"], state["basis"], True)
+    majority = [i for i in range(len(z)) if i % 3]  # the warm-answer annotators: 2 in 3
+    accuracy = max(np.mean(z[majority] @ theta > 0) for theta in state["rewards"].values())
+    assert accuracy > 0.9
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"candidates": 1}, "candidates"),
+        ({"pca_share": 0.5, "kmeans_share": 0.5}, "no DP-SGD budget"),
+        ({"histogram": "none"}, "histogram"),
+        ({"histogram_share": 0.0}, "histogram_share"),
+        ({"clusters": 0}, "clusters"),
+        ({"lr": -1}, "lr"),
+    ],
+)
+def test_bad_params_are_refused_before_any_release(tmp_path, params, message):
+    with pytest.raises(SpecError, match=message):
+        run(tmp_path, params=params)
+
+
+class CountingGenerator:
+    name = "counting"
+
+    def __init__(self):
+        self.calls = 0
+
+    def generate(self, prompts, params, chat=True):
+        self.calls += 1
+        return [f"reply {i} Human: more" for i in range(len(prompts))]
+
+
+def test_candidates_are_cut_at_the_stop_string_and_cached_by_their_inputs(tmp_path, monkeypatch):
+    from benchmark.profiles.base import SamplingParams
+    from benchmark.profiles.candidate_corpus import candidates
+
+    monkeypatch.setenv("FEDSYNTH_CACHE", str(tmp_path))
+    generator, params = CountingGenerator(), SamplingParams(max_new_tokens=4)
+    first = candidates(generator, ["a", "b"], 3, params, ["Human:"])
+    assert first == [["reply 0", "reply 1", "reply 2"], ["reply 3", "reply 4", "reply 5"]]
+    assert candidates(generator, ["a", "b"], 3, params, ["Human:"]) == first
+    assert generator.calls == 1
+    (cached,) = (tmp_path / "candidates").iterdir()
+    cached.write_text(cached.read_text().replace("reply 4", 'planted"]]]'))  # corrupt JSON
+    assert candidates(generator, ["a", "b"], 3, params, ["Human:"]) == first
+    assert generator.calls == 2
+    candidates(generator, ["a", "b"], 3, SamplingParams(max_new_tokens=4, seed=1), ["Human:"])
+    assert generator.calls == 3  # another seed is another key
