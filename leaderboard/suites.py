@@ -31,7 +31,12 @@ PUBLISHED_METHODS = (
     "popri",
 )
 # Budgets fixed by what the row is: the ε = 0 / ε = ∞ bounds and the (non-private) control.
-FIXED_EPSILONS = {"public_only": 0.0, "nonprivate": math.inf, "oracle": math.inf}
+FIXED_EPSILONS = {
+    "public_only": 0.0,
+    "base_model": 0.0,
+    "nonprivate": math.inf,
+    "oracle": math.inf,
+}
 STANDARD_METRICS = (
     {"name": "next_token", "settings": {}},
     {"name": "fid", "settings": {}},

@@ -15,6 +15,11 @@ an LLM-expanded private set (Expand-private), which needs the PrE-Text Expand st
 
 Both release the model (artifact kind ``model``). Starting ``nonprivate`` from the public
 start (as paper 004 does) keeps the four model-releasing adapters on one starting point.
+
+``base_model`` is the ε = 0 point of the preference track (paper 003 Table 1's ε = 0
+column, "the base (fully private, non-finetuned) LLM"): it releases an empty preference
+set, which the evaluator's alignment leaves untouched, so the policy scored is the
+profile's generator as it is.
 """
 
 from __future__ import annotations
@@ -89,3 +94,19 @@ class NonPrivate(Method):
 
         model = ctx.pool.centralized(train_on_clients, label=f"{self.name}/centralized-fine-tuning")
         return save_model(model, tokenizer, ctx.work_dir / self.name)
+
+
+class BaseModel(Method):
+    """ε = 0 of the preference track: no pairs, so the downstream policy stays the base."""
+
+    name = "base_model"
+    role = "bound"
+    artifact_kind = "preferences"
+    privacy_units = ("user", "sample", "central")
+    configs = {"tiny": {}, "cpu": {}, "paper": {}}
+
+    def num_rounds(self) -> int:
+        return 0
+
+    def finish(self, ctx: MethodContext, state: Any) -> Artifact:
+        return Artifact(kind=self.artifact_kind, pairs=[])

@@ -50,16 +50,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from benchmark.artifact import Artifact
 from benchmark.method import MethodContext
+from benchmark.preference_training import SFTConfig, train_completions
 from benchmark.profiles.base import Generator, SamplingParams
-from benchmark.profiles.hf_generator import context_length
 from benchmark.profiles.seeding import seeded
 from methods.lora import lora_config, trainable_flags_kept
 from methods.private_evolution import (
@@ -73,80 +71,11 @@ from methods.private_evolution import (
 )
 
 
-@dataclass(frozen=True)
-class SFTConfig:
-    epochs: int
-    lr: float
-    batch_size: int
-    lora_r: int  # 0: full fine-tune
-    lora_alpha: int
-    max_completion_tokens: int
-    max_grad_norm: float = 1.0
-
-
 def top_scoring(seeds: dict[str, float], k: int) -> list[str]:
     """The ``k`` seeds with the highest score (ties: earlier seeds first)."""
     texts, scores = list(seeds), list(seeds.values())
     order = sorted(range(len(texts)), key=lambda i: -scores[i])
     return [texts[i] for i in order[:k]]
-
-
-def _encode_pairs(
-    tokenizer: Any, pairs: list[tuple[str, str]], max_completion: int, context: int
-) -> list[tuple[list[int], int]]:
-    """(prompt + completion + EOS token ids, prompt length) per pair; a prompt too long for
-    the ``context`` is cut from the left, as the generator does when sampling."""
-    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    out = []
-    for prompt, completion in pairs:
-        c = tokenizer(completion, add_special_tokens=False)["input_ids"][:max_completion]
-        room = context - len(c) - len(eos)
-        if room < 1:
-            raise ValueError(
-                f"sft_max_completion_tokens={max_completion} leaves no room for a "
-                f"prompt in a context of {context} tokens"
-            )
-        p = tokenizer(prompt, add_special_tokens=False)["input_ids"][-room:]
-        out.append((list(p) + list(c) + eos, len(p)))
-    return out
-
-
-def train_completions(
-    model: Any, tokenizer: Any, pairs: list[tuple[str, str]], config: SFTConfig, seed: int
-) -> None:
-    """SFT: next-token loss on the completion tokens of (prompt, completion) pairs."""
-    seqs = _encode_pairs(tokenizer, pairs, config.max_completion_tokens, context_length(model))
-    device = next(model.parameters()).device
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimiser = torch.optim.AdamW(params, lr=config.lr)
-    steps = config.epochs * -(-len(seqs) // config.batch_size)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=max(steps, 1))
-    order_rng = torch.Generator().manual_seed(seed)
-    model.train()
-    try:
-        for _ in range(config.epochs):
-            for batch in torch.randperm(len(seqs), generator=order_rng).split(config.batch_size):
-                rows = [seqs[i] for i in batch.tolist()]
-                width = max(len(ids) for ids, _ in rows)
-                ids = torch.zeros((len(rows), width), dtype=torch.long)
-                mask = torch.zeros_like(ids)
-                labels = torch.full_like(ids, -100)
-                for r, (seq, prompt_len) in enumerate(rows):
-                    ids[r, : len(seq)] = torch.tensor(seq)
-                    mask[r, : len(seq)] = 1
-                    labels[r, prompt_len : len(seq)] = ids[r, prompt_len : len(seq)]
-                loss = model(
-                    input_ids=ids.to(device),
-                    attention_mask=mask.to(device),
-                    labels=labels.to(device),
-                ).loss
-                optimiser.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-                optimiser.step()
-                schedule.step()
-    finally:
-        model.eval()
 
 
 @contextmanager

@@ -12,6 +12,8 @@ _BUILTIN_METRICS = {
     "dcr": "benchmark.evaluation.mia:DistanceToClosestRecord",
     "win_rate": "benchmark.evaluation.win_rate:WinRate",
     "cost": "benchmark.evaluation.cost:Cost",
+    "reward_accuracy": "benchmark.evaluation.preference_audit:RewardAccuracy",
+    "premia": "benchmark.evaluation.preference_audit:Premia",
 }
 
 for _name, _target in _BUILTIN_METRICS.items():

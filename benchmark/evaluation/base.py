@@ -99,6 +99,8 @@ class EvalContext:
     _embeddings: EmbeddingCache | None = field(default=None, init=False, repr=False)
     _trained: dict[str, DownstreamResult] = field(default_factory=dict, init=False, repr=False)
     _sampled: dict[str, list[str]] = field(default_factory=dict, init=False, repr=False)
+    _policies: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+    _derived: dict[tuple[Any, ...], Any] = field(default_factory=dict, init=False, repr=False)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """Embed with the profile's embedder; each text set is embedded once per context."""
@@ -123,6 +125,47 @@ class EvalContext:
                 self.tokenizer_for(artifact),
             )
         return self._trained[key]
+
+    def cached(self, artifact: Artifact, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per (release, ``key``) in this context: what two metrics of one
+        evaluation share (e.g. the policy's margins on the test tuples)."""
+        full = (artifact_key(artifact), *key)
+        if full not in self._derived:
+            self._derived[full] = compute()
+        return self._derived[full]
+
+    def policy(self, artifact: Artifact) -> tuple[Any, Any]:
+        """The downstream policy (model, tokenizer) the alignment metrics score (paper 003):
+        for a preference release, the profile's generator SFT-ed on the chosen responses and
+        DPO-trained on the pairs (the untouched generator for no pairs: the ε = 0 base
+        model); for a released model, that model. Built once per context."""
+        key = artifact_key(artifact)
+        if key not in self._policies:
+            if artifact.kind == "preferences":
+                from benchmark.preference_training import AlignmentConfig, align
+
+                generator = self.profile.generator()
+                config = AlignmentConfig(**self.downstream.alignment)
+                model = align(
+                    generator.model, generator.tokenizer, artifact.pairs, config, self.seed
+                )
+                self._policies[key] = (model, generator.tokenizer)
+            else:
+                self._policies[key] = self._released_model(str(artifact.model_dir))
+        return self._policies[key]
+
+    def _released_model(self, model_dir: str) -> tuple[Any, Any]:
+        """A released model and its tokenizer (the generator's when it ships none)."""
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        has_tokenizer = any(
+            (Path(model_dir) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")
+        )
+        if has_tokenizer:
+            return model, AutoTokenizer.from_pretrained(model_dir)
+        return model, self.profile.generator().tokenizer
 
     def tokenizer_for(self, artifact: Artifact) -> Any | None:
         """The harness-built tokenizer a released model names (None: the on-device one)."""

@@ -54,6 +54,9 @@ class DownstreamConfig:
     # sampled from it (:mod:`benchmark.evaluation.model_samples`).
     model_samples: int = 1000
     sample_temperature: float = 1.0
+    # Preference releases: the downstream policy's SFT + DPO (fields of
+    # :class:`benchmark.preference_training.AlignmentConfig`; paper 003's defaults).
+    alignment: dict[str, Any] = field(default_factory=dict)
 
 
 def encode(tokenizer: Any, texts: list[str], max_length: int) -> list[list[int]]:

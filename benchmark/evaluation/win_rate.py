@@ -3,13 +3,13 @@
 For each sampled test prompt the released model answers greedily (through its chat
 template when it has one, via the profiles' ``HFGenerator``); the judge compares that
 answer (as A) with the record's ``chosen`` response (as B); the win rate is the mean verdict
-(ties count one half). Preference releases (pairs) are scored after the preference track
-trains a model on them; here only ``model`` releases apply.
+(ties count one half). A preference release is scored through the policy the evaluator
+aligns on it (SFT + DPO of the profile's generator: ``EvalContext.policy``); a released
+model is scored as it is.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from benchmark.artifact import Artifact
@@ -24,7 +24,7 @@ class WinRate(Metric):
     """Judge-based win rate; ``judge`` is ``{"type": ..., ...}`` (see ``judges.make_judge``)."""
 
     name = "win_rate"
-    kinds = ("model",)
+    kinds = ("model", "preferences")
 
     def __init__(
         self,
@@ -47,21 +47,6 @@ class WinRate(Metric):
         self.n_prompts, self.max_new_tokens, self.test_part = n_prompts, max_new_tokens, test_part
         self.prompt_field, self.reference_field = prompt_field, reference_field
 
-    def _load(self, model_dir: str, ctx: EvalContext) -> tuple[Any, Any]:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-        has_tokenizer = any(
-            (Path(model_dir) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")
-        )
-        tokenizer = (
-            AutoTokenizer.from_pretrained(model_dir)
-            if has_tokenizer
-            else ctx.profile.generator().tokenizer
-        )
-        return model, tokenizer
-
     def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
         records = [
             r
@@ -76,8 +61,8 @@ class WinRate(Metric):
         chosen = [records[i] for i in order]
         prompts = [str(r[self.prompt_field]) for r in chosen]
         references = [str(r[self.reference_field]) for r in chosen]
-        model, tokenizer = self._load(str(artifact.model_dir), ctx)
-        policy = HFGenerator(model, tokenizer, name=str(artifact.model_dir))
+        model, tokenizer = ctx.policy(artifact)
+        policy = HFGenerator(model, tokenizer, name=f"policy of {artifact.kind} release")
         answers = policy.generate(
             prompts, SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0)
         )

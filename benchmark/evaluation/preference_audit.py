@@ -1,0 +1,99 @@
+"""Paper 003's two policy-level preference metrics: reward accuracy and PREMIA.
+
+Both read the downstream policy's implicit DPO reward margin of a tuple (x, a⁺, a⁻):
+m = [log π(a⁺|x) − log π_ref(a⁺|x)] − [log π(a⁻|x) − log π_ref(a⁻|x)], π the policy the
+evaluator aligned on the release (``EvalContext.policy``) and π_ref the profile's
+untouched generator, the policy's starting point for every method (so the ε = 0 base model
+has m = 0 everywhere).
+
+- ``reward_accuracy``: the fraction of test tuples with m > 0 (ties count one half):
+  DPO's implicit reward as a preference model (paper 003 B.6 reports a reward model's
+  pairwise accuracy; the policy's implicit one applies to every release alike).
+- ``premia``: membership inference on preference data after Feng et al. (2025), the
+  attack paper 003 Table 5 runs: the score of a tuple is its margin m, members are private
+  train tuples, non-members test tuples (up to ``n`` = 1,000 each, seeded), and the result
+  is the ROC AUC (0.5 = no leak). A method whose policy never saw the private tuples
+  (DPPrefSyn's synthetic pairs) should sit near 0.5; one fine-tuned on them (DP-FT) above.
+  Reported in the audit column beside the other entries' MIA AUC.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmark.artifact import Artifact
+from benchmark.evaluation.base import EvalContext, Metric, MetricNotApplicable
+from benchmark.evaluation.mia import attack_auc
+from benchmark.evaluation.sampling import shuffled_subset
+from benchmark.preference_training import encode_pairs, reference_margins
+from benchmark.profiles.hf_generator import context_length
+
+PAIR_FIELDS = ("prompt", "chosen", "rejected")
+BATCH = 8
+
+
+def preference_records(ctx: EvalContext, part: str, n: int) -> list[dict[str, str]]:
+    """Up to ``n`` tuples of ``part`` (seeded subset), or a refusal when it has none."""
+    records = [
+        {k: str(r[k]) for k in PAIR_FIELDS}
+        for r in ctx.split.records(part)
+        if all(r.get(k) for k in PAIR_FIELDS)
+    ]
+    if not records:
+        raise MetricNotApplicable(f"the {part!r} part has no prompt/chosen/rejected tuples")
+    return shuffled_subset(records, n, ctx.seed)
+
+
+def implicit_margins(
+    ctx: EvalContext, artifact: Artifact, records: list[dict[str, str]], max_completion: int
+) -> np.ndarray:
+    """m per tuple (see the module docstring), batched, without gradients."""
+    model, tokenizer = ctx.policy(artifact)
+    reference = ctx.profile.generator().model
+    chosen, rejected = encode_pairs(tokenizer, records, max_completion, context_length(model))
+    with torch.no_grad():
+        policy = reference_margins(model, chosen, rejected, BATCH)
+        base = reference_margins(reference, chosen, rejected, BATCH)
+    return (policy - base).double().numpy()
+
+
+class _PolicyMetric(Metric):
+    kinds = ("preferences", "model")
+
+    def __init__(self, n: int = 1000, max_completion_tokens: int = 128, **settings: Any) -> None:
+        super().__init__(n=n, max_completion_tokens=max_completion_tokens, **settings)
+        self.n, self.max_completion_tokens = n, max_completion_tokens
+
+    def margins(self, artifact: Artifact, ctx: EvalContext, part: str) -> np.ndarray:
+        records = preference_records(ctx, part, self.n)
+        key = ("implicit_margins", part, self.n, self.max_completion_tokens)
+        return ctx.cached(
+            artifact,
+            key,
+            lambda: implicit_margins(ctx, artifact, records, self.max_completion_tokens),
+        )
+
+
+class RewardAccuracy(_PolicyMetric):
+    name = "reward_accuracy"
+
+    def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
+        m = self.margins(artifact, ctx, "test")
+        accuracy = np.where(m > 0, 1.0, np.where(m == 0, 0.5, 0.0))
+        return {"accuracy": float(accuracy.mean()), "n": float(len(m))}
+
+
+class Premia(_PolicyMetric):
+    name = "premia"
+
+    def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
+        members = self.margins(artifact, ctx, "train")
+        nonmembers = self.margins(artifact, ctx, "test")
+        return {
+            "auc": attack_auc(members, nonmembers),
+            "members": float(len(members)),
+            "nonmembers": float(len(nonmembers)),
+        }

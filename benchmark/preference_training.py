@@ -1,0 +1,229 @@
+"""Training a generator on preferences: SFT on completions, then DPO (paper 003's
+downstream alignment), and the per-pair log-probabilities both need.
+
+Why here, in the harness: the evaluator aligns the downstream policy on every released
+preference set the same way (``alignment``), and methods reuse the same pieces (PE+SFT's
+fine-tuning; DP-FT trains the same losses under DP-SGD).
+
+DPO (Rafailov et al. 2023), sigmoid loss: −log σ(β[(log π(a⁺|x) − log π_ref(a⁺|x)) −
+(log π(a⁻|x) − log π_ref(a⁻|x))]), log π the summed log-probability of the response
+tokens. The reference is the SFT model, frozen (its log-probabilities are computed once,
+before DPO, so no second model is kept). Paper 003 uses the eric-mitchell DPO code
+(RMSprop by default); here AdamW, without warm-up: the paper states neither.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from benchmark.profiles.hf_generator import context_length
+from benchmark.profiles.seeding import seeded
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    epochs: int
+    lr: float
+    batch_size: int
+    lora_r: int  # 0: full fine-tune
+    lora_alpha: int
+    max_completion_tokens: int
+    max_grad_norm: float = 1.0
+
+
+@dataclass(frozen=True)
+class AlignmentConfig:
+    """SFT on the chosen responses, then DPO on the pairs (paper 003 §5: SFT lr 5e-7 for
+    1 epoch, DPO β 0.1, lr 1e-6 for 3 epochs, batch 64 for Pythia-2.8B)."""
+
+    sft_epochs: int = 1
+    sft_lr: float = 5e-7
+    dpo_epochs: int = 3
+    dpo_lr: float = 1e-6
+    beta: float = 0.1
+    batch_size: int = 64
+    max_completion_tokens: int = 128
+    max_grad_norm: float = 1.0
+
+    def sft(self) -> SFTConfig:
+        return SFTConfig(
+            self.sft_epochs,
+            self.sft_lr,
+            self.batch_size,
+            0,
+            0,
+            self.max_completion_tokens,
+            self.max_grad_norm,
+        )
+
+
+def encode_completions(
+    tokenizer: Any, pairs: list[tuple[str, str]], max_completion: int, context: int
+) -> list[tuple[list[int], int]]:
+    """(prompt + completion + EOS token ids, prompt length) per pair; a prompt too long for
+    the ``context`` is cut from the left, as the generator does when sampling."""
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    out = []
+    for prompt, completion in pairs:
+        c = tokenizer(completion, add_special_tokens=False)["input_ids"][:max_completion]
+        room = context - len(c) - len(eos)
+        if room < 1:
+            raise ValueError(
+                f"max_completion_tokens={max_completion} leaves no room for a "
+                f"prompt in a context of {context} tokens"
+            )
+        p = tokenizer(prompt, add_special_tokens=False)["input_ids"][-room:]
+        out.append((list(p) + list(c) + eos, len(p)))
+    return out
+
+
+def padded(
+    rows: list[tuple[list[int], int]], device: Any
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ids, attention mask and labels (−100 outside the completions)."""
+    width = max(len(ids) for ids, _ in rows)
+    ids = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for r, (seq, prompt_len) in enumerate(rows):
+        ids[r, : len(seq)] = torch.tensor(seq)
+        mask[r, : len(seq)] = 1
+        labels[r, prompt_len : len(seq)] = ids[r, prompt_len : len(seq)]
+    return ids.to(device), mask.to(device), labels.to(device)
+
+
+def completion_logprobs(model: Any, rows: list[tuple[list[int], int]]) -> torch.Tensor:
+    """Σ log π(completion tokens | prompt) per row (differentiable)."""
+    ids, mask, labels = padded(rows, next(model.parameters()).device)
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
+    targets = labels[:, 1:]
+    logp = logits.log_softmax(-1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return (logp * (targets != -100)).sum(-1)
+
+
+def _batches(count: int, batch_size: int, epochs: int, seed: int) -> list[list[int]]:
+    order_rng = torch.Generator().manual_seed(seed)
+    return [
+        batch.tolist()
+        for _ in range(epochs)
+        for batch in torch.randperm(count, generator=order_rng).split(batch_size)
+    ]
+
+
+def _optimiser(model: Any, lr: float, steps: int) -> tuple[Any, Any, list[Any]]:
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimiser = torch.optim.AdamW(params, lr=lr)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=max(steps, 1))
+    return optimiser, schedule, params
+
+
+def train_completions(
+    model: Any, tokenizer: Any, pairs: list[tuple[str, str]], config: SFTConfig, seed: int
+) -> None:
+    """SFT: next-token loss on the completion tokens of (prompt, completion) pairs."""
+    seqs = encode_completions(tokenizer, pairs, config.max_completion_tokens, context_length(model))
+    batches = _batches(len(seqs), config.batch_size, config.epochs, seed)
+    optimiser, schedule, params = _optimiser(model, config.lr, len(batches))
+    device = next(model.parameters()).device
+    model.train()
+    try:
+        for batch in batches:
+            ids, mask, labels = padded([seqs[i] for i in batch], device)
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+            optimiser.step()
+            schedule.step()
+    finally:
+        model.eval()
+
+
+def encode_pairs(
+    tokenizer: Any, pairs: list[dict[str, str]], max_completion: int, context: int
+) -> tuple[list[tuple[list[int], int]], list[tuple[list[int], int]]]:
+    """The chosen and the rejected sequences of preference pairs."""
+    chosen = encode_completions(
+        tokenizer, [(p["prompt"], p["chosen"]) for p in pairs], max_completion, context
+    )
+    rejected = encode_completions(
+        tokenizer, [(p["prompt"], p["rejected"]) for p in pairs], max_completion, context
+    )
+    return chosen, rejected
+
+
+def dpo_margins(
+    model: Any,
+    chosen: list[tuple[list[int], int]],
+    rejected: list[tuple[list[int], int]],
+    reference: torch.Tensor,
+) -> torch.Tensor:
+    """(log π(a⁺) − log π(a⁻)) − reference, per pair; ``reference`` is the same difference
+    under the reference model."""
+    return completion_logprobs(model, chosen) - completion_logprobs(model, rejected) - reference
+
+
+@torch.no_grad()
+def reference_margins(
+    model: Any,
+    chosen: list[tuple[list[int], int]],
+    rejected: list[tuple[list[int], int]],
+    batch_size: int,
+) -> torch.Tensor:
+    """log π_ref(a⁺) − log π_ref(a⁻) per pair, batched, without gradients."""
+    out = []
+    for start in range(0, len(chosen), batch_size):
+        part = slice(start, start + batch_size)
+        zero = torch.zeros(len(chosen[part]))
+        out.append(dpo_margins(model, chosen[part], rejected[part], zero).cpu())
+    return torch.cat(out) if out else torch.zeros(0)
+
+
+def train_dpo(
+    model: Any, tokenizer: Any, pairs: list[dict[str, str]], config: AlignmentConfig, seed: int
+) -> None:
+    """DPO of ``model`` in place, referenced to ``model`` as it is now."""
+    chosen, rejected = encode_pairs(
+        tokenizer, pairs, config.max_completion_tokens, context_length(model)
+    )
+    model.eval()
+    reference = reference_margins(model, chosen, rejected, config.batch_size)
+    batches = _batches(len(pairs), config.batch_size, config.dpo_epochs, seed)
+    optimiser, schedule, params = _optimiser(model, config.dpo_lr, len(batches))
+    model.train()
+    try:
+        for batch in batches:
+            margins = dpo_margins(
+                model,
+                [chosen[i] for i in batch],
+                [rejected[i] for i in batch],
+                reference[batch].to(next(model.parameters()).device),
+            )
+            loss = -torch.nn.functional.logsigmoid(config.beta * margins).mean()
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+            optimiser.step()
+            schedule.step()
+    finally:
+        model.eval()
+
+
+def align(
+    base: Any, tokenizer: Any, pairs: list[dict[str, str]], config: AlignmentConfig, seed: int
+) -> Any:
+    """A copy of ``base`` SFT-ed on the chosen responses, then DPO-trained on the pairs
+    (the untouched copy when there are no pairs: the ε = 0 base model)."""
+    model = copy.deepcopy(base)
+    if pairs:
+        with seeded(seed):
+            train_completions(
+                model, tokenizer, [(p["prompt"], p["chosen"]) for p in pairs], config.sft(), seed
+            )
+            train_dpo(model, tokenizer, pairs, config, seed)
+    model.eval()
+    return model

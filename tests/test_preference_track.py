@@ -1,0 +1,130 @@
+"""The preference track: SFT + DPO of the downstream policy, and the metrics that read it."""
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from benchmark.artifact import Artifact
+from benchmark.data import FederatedSplit
+from benchmark.evaluation.base import EvalContext, evaluate
+from benchmark.evaluation.downstream import DownstreamConfig
+from benchmark.preference_training import (
+    AlignmentConfig,
+    align,
+    completion_logprobs,
+    encode_completions,
+)
+from benchmark.profiles import get_profile
+
+WORDS = [
+    "apple",
+    "river",
+    "stone",
+    "cloud",
+    "green",
+    "seven",
+    "window",
+    "quiet",
+    "paper",
+    "lamp",
+    "horse",
+    "bread",
+]
+FAST = {
+    "sft_epochs": 2,
+    "sft_lr": 2e-3,
+    "dpo_epochs": 4,
+    "dpo_lr": 2e-3,
+    "batch_size": 8,
+    "max_completion_tokens": 12,
+}
+
+
+def tuples(n: int, seed: int) -> list[dict[str, str]]:
+    """Distinct (prompt, chosen, rejected) tuples of random words."""
+    rng = random.Random(seed)
+
+    def words(k: int) -> str:
+        return " ".join(rng.choice(WORDS) for _ in range(k))
+
+    return [
+        {
+            "prompt": f"\n\nHuman: {words(4)}\n\nAssistant: ",
+            "chosen": words(6),
+            "rejected": words(6),
+            "client_id": f"u{seed}-{i}",
+            "text": "",
+        }
+        for i in range(n)
+    ]
+
+
+def make_split() -> FederatedSplit:
+    parts = {"train": tuples(24, 1), "validation": [], "test": tuples(24, 2), "public": []}
+    return FederatedSplit("prefs", {"version": "v-test"}, parts)
+
+
+def context(tmp_path, alignment=None) -> EvalContext:
+    downstream = DownstreamConfig(alignment=alignment or FAST)
+    return EvalContext(
+        make_split(), get_profile("tiny"), seed=0, work_dir=tmp_path, downstream=downstream
+    )
+
+
+def test_completion_logprobs_sum_the_completion_tokens_only():
+    generator = get_profile("tiny").generator()
+    model, tokenizer = generator.model, generator.tokenizer
+    (row,) = encode_completions(tokenizer, [("a prompt", "its completion")], 16, 512)
+    ids, prompt_len = row
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0].log_softmax(-1)
+        expected = sum(float(logits[t - 1, ids[t]]) for t in range(prompt_len, len(ids)))
+        assert float(completion_logprobs(model, [row])[0]) == pytest.approx(expected, abs=1e-4)
+
+
+def test_alignment_without_pairs_is_the_base_model():
+    generator = get_profile("tiny").generator()
+    model = align(generator.model, generator.tokenizer, [], AlignmentConfig(**FAST), 0)
+    assert model is not generator.model
+    for a, b in zip(model.parameters(), generator.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_the_base_model_release_scores_even(tmp_path):
+    metrics = [{"name": "reward_accuracy"}, {"name": "premia"}]
+    out = evaluate(Artifact("preferences", pairs=[]), context(tmp_path), metrics)["metrics"]
+    assert out["reward_accuracy"] == {"accuracy": 0.5, "n": 24.0}
+    assert out["premia"]["auc"] == 0.5
+
+
+def test_premia_finds_the_members_of_a_release_of_private_tuples(tmp_path):
+    ctx = context(tmp_path)
+    leaked = [
+        {k: r[k] for k in ("prompt", "chosen", "rejected")} for r in ctx.split.records("train")
+    ]
+    metrics = [{"name": "premia"}, {"name": "reward_accuracy"}]
+    out = evaluate(Artifact("preferences", pairs=leaked), ctx, metrics)["metrics"]
+    assert out["premia"]["auc"] > 0.8  # trained on exactly the members
+    generator = get_profile("tiny").generator()
+    # the base generator the margins are measured against is left untouched
+    assert all(not p.grad_fn for p in generator.model.parameters())
+    assert 0.0 <= out["reward_accuracy"]["accuracy"] <= 1.0
+
+
+def test_dpo_raises_the_chosen_over_the_rejected_on_its_pairs(tmp_path):
+    ctx = context(tmp_path)
+    pairs = [
+        {k: r[k] for k in ("prompt", "chosen", "rejected")} for r in ctx.split.records("train")
+    ]
+    from benchmark.evaluation.preference_audit import implicit_margins
+
+    margins = implicit_margins(ctx, Artifact("preferences", pairs=pairs), pairs, 12)
+    assert np.mean(margins > 0) > 0.9
+
+
+def test_win_rate_scores_a_preference_release_through_its_policy(tmp_path):
+    spec = {"name": "win_rate", "max_new_tokens": 4, "n_prompts": 5}
+    out = evaluate(Artifact("preferences", pairs=[]), context(tmp_path), [spec])
+    assert out["metrics"]["win_rate"]["n"] == 5.0
