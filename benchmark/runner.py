@@ -323,6 +323,7 @@ def run(
         independence_checks=INDEPENDENCE_CHECKS,  # every run, `guarantee: simulated` too
         executor=launch.client_worker(units, run_dir) if isolated else None,
         local_trainer=LocalLMTrainer(lambda: profile.conditional_lm()),
+        preference_policy=lambda: profile.generator(),
     )
     ctx = MethodContext(
         pool=pool,

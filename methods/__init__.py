@@ -15,6 +15,7 @@ _BUILTIN_METHODS = {
     "fed_ctg": "methods.fed_ctg:FedCTG",
     "dp_ftrl_dm": "methods.dp_ftrl_dm:DPFTRLDM",
     "dpprefsyn": "methods.dpprefsyn:DPPrefSyn",
+    "dp_ft": "methods.dp_ft:DPFT",
 }
 
 for _name, _target in _BUILTIN_METHODS.items():

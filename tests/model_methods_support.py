@@ -117,6 +117,7 @@ def make_context(
         unit=unit,
         allow_nonprivate=math.isinf(epsilon),
         simulated=guarantee == "simulated",
+        preference_policy=lambda: get_profile("tiny").generator(),
     )
     return MethodContext(
         pool=pool,

@@ -249,7 +249,7 @@ def test_local_dp_sgd_divides_by_the_public_batch_size_not_the_clients_count():
     model(input_ids=ids[None], labels=labels[None]).loss.backward()
     expected = {n: -0.1 / 4 * p.grad.clone() for n, p in model.named_parameters()}
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    config = LocalDPSGD("", 0.0, 1.0, 1.0, batch_size=4, steps=1, lr=0.1, max_length=16)
+    config = LocalDPSGD(0.0, 1.0, 1.0, batch_size=4, steps=1, lr=0.1, max_length=16)
     train_locally(model, [example], config, np.random.default_rng(0))
     for name, p in model.named_parameters():
         assert torch.allclose(p.detach() - before[name], expected[name], atol=1e-6)

@@ -130,16 +130,22 @@ def test_a_submitted_adapter_cannot_claim_to_be_a_bound(tmp_path):
         go(tmp_path, spec("adv_claims_bound"))
 
 
-@pytest.mark.parametrize("method", ["dp_ftrl", "pre_text", "dpprefsyn"])
+@pytest.mark.parametrize("method", ["dp_ftrl", "pre_text", "dpprefsyn", "dp_ft"])
 def test_built_in_methods_release_the_same_on_both_paths(tmp_path, method):
-    """A tree-aggregation model release, a PE text release and a DPPrefSyn preference
-    release (pure-ε and per-part DP-SGD releases), spec-seeded noise, tiny profile: the
-    isolated path changes where code runs, not what it computes."""
+    """A tree-aggregation model release, a PE text release, a DPPrefSyn preference release
+    (pure-ε and per-part DP-SGD releases) and a DP-FT model (the harness's per-pair
+    DP-SGD), spec-seeded noise, tiny profile: the isolated path changes where code runs,
+    not what it computes."""
     from model_methods_support import make_preference_split
     from model_methods_support import make_split as model_split
 
-    split = make_preference_split() if method == "dpprefsyn" else model_split()
-    unit = "sample" if method == "dpprefsyn" else "user"
+    preferences = method in ("dpprefsyn", "dp_ft")
+    split = (
+        make_preference_split(120 if method == "dpprefsyn" else 40)
+        if preferences
+        else model_split()
+    )
+    unit = "sample" if preferences else "user"
     s = spec_from_dict(
         {
             "split": {"path": "unused"},

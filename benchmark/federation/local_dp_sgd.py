@@ -31,24 +31,31 @@ IGNORE = -100  # label id the LM loss skips (the prompt's tokens)
 
 
 @dataclass(frozen=True)
-class LocalDPSGD:
-    """One client's local training: ``steps`` DP-SGD steps at Poisson rate ``sample_rate``.
+class DPSGDSteps:
+    """``steps`` DP-SGD steps at Poisson rate ``sample_rate``.
 
     The update is θ ← θ − lr · (Σ clip(g_i) + N(0, σ²C²)) / ``batch_size``, the mean over
-    the expected batch size, as in Alg. A.3 and opacus. ``batch_size`` is a public number
-    the method sets (paper 001: 256), not q·n: the client's sample count n is private, and
-    a divisor that depends on it would leave the Gaussian analysis. ``noise_multiplier`` 0
-    (the non-private bound) trains without clipping or noise.
+    the expected batch size, as in paper 001's Alg. A.3 and opacus. ``batch_size`` is a
+    public number the method sets (paper 001: 256), not q·n: the sample count n is private,
+    and a divisor that depends on it would leave the Gaussian analysis. ``noise_multiplier``
+    0 (the non-private bound) trains without clipping or noise.
     """
 
-    prompt_template: str
     noise_multiplier: float
     clip_norm: float
     sample_rate: float
     batch_size: float
     steps: int
     lr: float
-    max_length: int
+
+
+@dataclass(frozen=True)
+class LocalDPSGD(DPSGDSteps):
+    """One client's local training (paper 001): the steps, and how its samples are
+    conditioned (``prompt_template``) and cut (``max_length``)."""
+
+    prompt_template: str = ""
+    max_length: int = 64
 
 
 def control_prompt(template: str, label: Any) -> str:
@@ -119,25 +126,38 @@ class LocalLMTrainer:
         return {name: (p.detach() - start[name]).cpu() for name, p in params.items()}
 
 
+def lm_loss(model: torch.nn.Module, example: Any) -> torch.Tensor:
+    """−log p(x | c) of one (ids, labels) example: the mean over its scored tokens."""
+    ids, labels = example
+    device = next(model.parameters()).device
+    return model(input_ids=ids[None].to(device), labels=labels[None].to(device)).loss
+
+
 def train_locally(
     model: torch.nn.Module,
-    examples: list[tuple[torch.Tensor, torch.Tensor]],
-    config: LocalDPSGD,
+    examples: list[Any],
+    config: DPSGDSteps,
     rng: np.random.Generator,
+    loss: Callable[[torch.nn.Module, Any], torch.Tensor] = lm_loss,
+    adam: bool = False,
 ) -> None:
-    """``config.steps`` DP-SGD steps of ``model`` on ``examples`` (in place)."""
+    """``config.steps`` DP-SGD steps of ``model`` on ``examples`` (in place): per example,
+    the gradient of ``loss`` (harness code: :func:`lm_loss`, or paper 003's per-pair DPO
+    loss) clipped to ``clip_norm``; their sum plus noise over ``batch_size`` is the step's
+    gradient, applied by SGD, or by Adam when ``adam`` (DP-Adam: post-processing of the
+    same noisy gradients)."""
     params = [p for p in model.parameters() if p.requires_grad]
     private = config.noise_multiplier > 0
     device = params[0].device
     noise = torch.Generator(device=device).manual_seed(int(rng.integers(2**62)))
+    optimiser = torch.optim.Adam(params, lr=config.lr) if adam else None
     model.train()
     for _ in range(config.steps):
         chosen = np.flatnonzero(rng.random(len(examples)) < config.sample_rate)
         total = [torch.zeros_like(p) for p in params]
         for i in chosen:
-            ids, labels = examples[i]
             model.zero_grad(set_to_none=True)
-            model(input_ids=ids[None].to(device), labels=labels[None].to(device)).loss.backward()
+            loss(model, examples[i]).backward()
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
             scale = per_sample_scale(grads, config.clip_norm) if private else 1.0
             for acc, grad in zip(total, grads, strict=True):
@@ -147,7 +167,13 @@ def train_locally(
                 if private:
                     std = config.noise_multiplier * config.clip_norm
                     acc.add_(torch.normal(0.0, std, acc.shape, generator=noise, device=device))
-                p.sub_(acc, alpha=config.lr / config.batch_size)
+                acc.div_(config.batch_size)
+                if optimiser is None:
+                    p.sub_(acc, alpha=config.lr)
+                else:
+                    p.grad = acc
+        if optimiser is not None:
+            optimiser.step()
     model.zero_grad(set_to_none=True)
     model.eval()
 

@@ -13,12 +13,13 @@ so the pool checks that, on a sample, in a clean process (see :class:`ClientPool
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import math
 import secrets
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -230,6 +231,7 @@ class ClientPool:
         executor: ClientExecutor | None = None,
         local_trainer: LocalTrainer | None = None,
         simulated: bool = False,
+        preference_policy: Callable[[], Any] | None = None,
     ) -> None:
         self._ids = sorted(clients)
         self._records = [list(clients[cid]) for cid in self._ids]
@@ -253,6 +255,7 @@ class ClientPool:
         # paper 003: each partition's part count and every unit's part (-1: none)
         self._partitions: dict[str, tuple[int, np.ndarray]] = {}
         self._simulated = simulated
+        self._policy = preference_policy  # the profile's generator, for DP-FT (paper 003)
 
     def __getattr__(self, name: str) -> Any:
         raise ServerAccessError(
@@ -1044,21 +1047,14 @@ class ClientPool:
         weights = plain_weights(weights)  # checked once, before any client trains on them
         if type(prompt_template) is not str:
             raise PrivacyError("local DP-SGD needs the prompt template as a plain string")
+        steps_config, nonprivate = self._dp_sgd_steps(
+            noise_multiplier, clip_norm, sample_rate, batch_size, steps, lr
+        )
         config = LocalDPSGD(
+            **asdict(steps_config),
             prompt_template=prompt_template,
-            noise_multiplier=plain_number("noise_multiplier", noise_multiplier),
-            clip_norm=plain_number("clip_norm", clip_norm),
-            sample_rate=plain_number("sample_rate", sample_rate),
-            batch_size=plain_number("batch_size", batch_size),
-            steps=plain_number("steps", steps, integer=True),
-            lr=plain_number("lr", lr),
             max_length=plain_number("max_length", max_length, integer=True),
         )
-        nonprivate = self._check_mechanism(config.clip_norm, config.noise_multiplier)
-        if not 0 < config.sample_rate <= 1 or config.steps < 1 or config.batch_size <= 0:
-            raise PrivacyError(
-                "local DP-SGD needs sample_rate in (0, 1], batch_size > 0 and steps >= 1"
-            )
         if self._local_trainer is None:
             raise PrivacyError("this pool has no local trainer (the runner gives it one)")
         start = time.perf_counter()
@@ -1092,6 +1088,106 @@ class ClientPool:
         )
         return mean
 
+    def _dp_sgd_steps(
+        self,
+        noise_multiplier: float,
+        clip_norm: float,
+        sample_rate: float,
+        batch_size: float,
+        steps: int,
+        lr: float,
+    ) -> tuple[Any, bool]:
+        """The checked numbers of a harness DP-SGD run, and whether it is non-private."""
+        from benchmark.federation.local_dp_sgd import DPSGDSteps
+
+        config = DPSGDSteps(
+            noise_multiplier=plain_number("noise_multiplier", noise_multiplier),
+            clip_norm=plain_number("clip_norm", clip_norm),
+            sample_rate=plain_number("sample_rate", sample_rate),
+            batch_size=plain_number("batch_size", batch_size),
+            steps=plain_number("steps", steps, integer=True),
+            lr=plain_number("lr", lr),
+        )
+        nonprivate = self._check_mechanism(config.clip_norm, config.noise_multiplier)
+        if not 0 < config.sample_rate <= 1 or config.steps < 1 or config.batch_size <= 0:
+            raise PrivacyError("DP-SGD needs sample_rate in (0, 1], batch_size > 0 and steps >= 1")
+        return config, nonprivate
+
+    def dp_preference_finetune(
+        self,
+        weights: dict[str, Any],
+        *,
+        stage: str,
+        partition: str,
+        part: int,
+        noise_multiplier: float,
+        clip_norm: float,
+        sample_rate: float,
+        batch_size: float,
+        steps: int,
+        lr: float,
+        beta: float,
+        max_completion_tokens: int,
+        label: str,
+    ) -> dict[str, Any]:
+        """One stage of paper 003's DP-FT on the tuples of one part of ``partition``: the
+        profile's generator loaded with ``weights`` (a state dict), trained here by DP-SGD
+        (``stage`` ``sft`` or ``dpo``; per-tuple clipping, Gaussian noise, Adam on the
+        noisy gradients: :mod:`benchmark.federation.preference_dp_sgd`); returns the new
+        weights. The parts are disjoint, so the SFT and DPO halves compose in parallel."""
+        from benchmark.federation.local_dp_sgd import plain_weights
+        from benchmark.federation.preference_dp_sgd import STAGES, finetune_on_preferences
+        from benchmark.profiles.seeding import seeded
+
+        self._unit_level("pool.dp_preference_finetune")
+        weights = plain_weights(weights)
+        if stage not in STAGES:
+            raise PrivacyError(f"stage must be one of {STAGES}, got {stage!r}")
+        members = self._part(partition, plain_number("part", part, integer=True))
+        config, nonprivate = self._dp_sgd_steps(
+            noise_multiplier, clip_norm, sample_rate, batch_size, steps, lr
+        )
+        beta = plain_number("beta", beta)
+        max_completion_tokens = plain_number(
+            "max_completion_tokens", max_completion_tokens, integer=True
+        )
+        if self._policy is None:
+            raise PrivacyError("this pool has no preference policy (the runner gives it one)")
+        generator = self._policy()
+        model = copy.deepcopy(generator.model)
+        model.load_state_dict(weights, strict=True)
+        records = [self._records[u][0] for u in np.flatnonzero(members)]
+        start = time.perf_counter()
+        rng = self._rng(4)
+        with seeded(int(rng.integers(2**62))):  # dropout: from the secret seed too
+            finetune_on_preferences(
+                model,
+                generator.tokenizer,
+                records,
+                stage=stage,
+                beta=beta,
+                max_completion_tokens=max_completion_tokens,
+                steps=config,
+                rng=rng,
+            )
+        trained = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        size = sum(t.numel() for t in weights.values())
+        self.costs.add(
+            config.sample_rate * len(records), size, 0, size, time.perf_counter() - start
+        )
+        self._record_gaussian(
+            nonprivate,
+            config.noise_multiplier,
+            config.clip_norm,
+            config.sample_rate,
+            config.steps,
+            label,
+            0,
+            partition=partition,
+            part=int(part),
+        )
+        return trained
+
     def _record_gaussian(
         self,
         nonprivate: bool,
@@ -1104,6 +1200,8 @@ class ClientPool:
         *,
         groups: tuple[str, ...] = (),
         sensitivity: float | None = None,
+        partition: str = "",
+        part: int = -1,
     ) -> None:
         """Record ``count`` (subsampled) Gaussian releases, or a non-private one, and move
         to the next release index. ``sensitivity`` defaults to ``clip_norm`` for private
@@ -1123,6 +1221,8 @@ class ClientPool:
                 unit=self._unit,
                 dim=dim,
                 groups=groups,
+                partition=partition,
+                part=part,
             )
         )
         self._release_index += 1

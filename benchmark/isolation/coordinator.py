@@ -149,10 +149,10 @@ class MethodProcess:
             if op == "define_group":
                 pool.define_group(args["name"], args["clients"])
                 return {}, b""
-            if op == "local_dp_finetune":
+            if op in ("local_dp_finetune", "dp_preference_finetune"):  # weights in, weights out
                 from benchmark.runner import load_state_blob
 
-                return {}, tensors_blob(pool.local_dp_finetune(load_state_blob(job), **args))
+                return {}, tensors_blob(getattr(pool, op)(load_state_blob(job), **args))
         except (TypeError, KeyError) as exc:
             raise PrivacyError(f"pool.{op}: malformed arguments ({exc})") from exc
         raise PrivacyError(f"the pool has no operation {op!r}")

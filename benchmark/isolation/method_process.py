@@ -144,6 +144,13 @@ class PoolProxy:
         blob = _state_blob(weights, "local_dp_finetune")
         return load_state_blob(self._call("local_dp_finetune", kwargs, blob)[1][0])
 
+    def dp_preference_finetune(self, weights: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """Weights go and come back as tensor-only blobs, as for ``local_dp_finetune``."""
+        from benchmark.runner import load_state_blob
+
+        blob = _state_blob(weights, "dp_preference_finetune")
+        return load_state_blob(self._call("dp_preference_finetune", kwargs, blob)[1][0])
+
     def laplace_aggregate(self, client_fn: Any, payload: Any = None, **kwargs: Any) -> Any:
         return self._array("laplace_aggregate", kwargs, client_fn, payload)
 
