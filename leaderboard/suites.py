@@ -157,6 +157,38 @@ BENCH_PARAMS: dict[str, dict[str, Any]] = {
     "pe_sft": {"population_size": 256, "iterations": 3, "lookahead": 1, "generate_size": 1000},
 }
 
+# The preference track (paper 003): the offline chitchat preference pairs (a reply a person
+# wrote, preferred over a same-topic reply from another conversation; one tuple per privacy
+# unit, as the paper's Def. 3.1), the ε = 0 base model, DPPrefSyn and DP-FT. Every release
+# aligns the profile's generator (SFT + DPO) and is scored by win rate against the test
+# tuples' chosen replies (the offline log-likelihood judge: not comparable with paper 003's
+# GPT-4o numbers), the policy's reward accuracy and PREMIA membership inference.
+PREFERENCE_METHODS = ("base_model", "dpprefsyn", "dp_ft")
+PREFERENCE_PRIVACY = {m: {"unit": "sample"} for m in PREFERENCE_METHODS}
+
+
+def preference_metrics(prompts: int, audit: int, tokens: int) -> tuple[dict[str, Any], ...]:
+    """Win rate on ``prompts`` test prompts (answers of ``tokens`` tokens), reward accuracy
+    and PREMIA on ``audit`` tuples (responses cut to ``tokens``, as in the alignment)."""
+    audited = {"n": audit, "max_completion_tokens": tokens}
+    return (
+        {"name": "win_rate", "settings": {"n_prompts": prompts, "max_new_tokens": tokens}},
+        {"name": "reward_accuracy", "settings": audited},
+        {"name": "premia", "settings": audited},
+    )
+
+
+# cpu alignment of SmolLM2-135M: paper 003's recipe at learning rates a 135M model moves at
+# (the paper's 5e-7 / 1e-6 are for Pythia-2.8B at batch 64), one DPO epoch.
+CPU_ALIGNMENT = {
+    "sft_lr": 1e-5,
+    "dpo_lr": 5e-6,
+    "dpo_epochs": 1,
+    "batch_size": 16,
+    "max_completion_tokens": 64,
+}
+TINY_ALIGNMENT = {"sft_lr": 1e-3, "dpo_lr": 1e-3, "batch_size": 8, "max_completion_tokens": 16}
+
 SUITES = {
     "quick": Suite(
         name="quick",
@@ -195,6 +227,32 @@ SUITES = {
         downstream={"model_samples": 16},
         methods=(*PUBLISHED_METHODS, "fed_ctg", "dp_ftrl_dm"),
         method_privacy={"fed_ctg": {"unit": "client_sample"}},
+    ),
+    "prefs": Suite(
+        name="prefs",
+        source="chitchat_prefs",
+        split_options={},
+        profile="cpu",
+        epsilons=(1.0, 4.0, math.inf),
+        delta=1e-5,
+        seeds=(0, 1, 2),
+        metrics=preference_metrics(200, 1000, 64),
+        methods=PREFERENCE_METHODS,
+        method_privacy=PREFERENCE_PRIVACY,
+        downstream={"alignment": CPU_ALIGNMENT},
+    ),
+    "tiny_prefs": Suite(
+        name="tiny_prefs",
+        source="chitchat_prefs",
+        split_options={"cap": 2, "public_max": 40},
+        profile="tiny",
+        epsilons=(4.0,),
+        delta=1e-5,
+        seeds=(0,),
+        metrics=preference_metrics(8, 100, 16),
+        methods=PREFERENCE_METHODS,
+        method_privacy=PREFERENCE_PRIVACY,
+        downstream={"alignment": TINY_ALIGNMENT},
     ),
 }
 
