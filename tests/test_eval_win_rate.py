@@ -11,12 +11,13 @@ from test_eval_support import TinyProfile, make_split, records, tiny_gpt2
 
 from benchmark.artifact import Artifact
 from benchmark.evaluation.base import EvalContext, evaluate
+from benchmark.evaluation.judge_templates import TEMPLATES, parse_verdict
 from benchmark.evaluation.judges import (
     HTTPJudge,
     LocalLLMJudge,
     LogLikelihoodJudge,
     RewardModelJudge,
-    parse_verdict,
+    VerdictJudge,
 )
 
 
@@ -75,8 +76,13 @@ def server_factory():
 
 def test_parse_verdict():
     assert [parse_verdict(x) for x in ("A", " b.", "**B**", "A) because", "Answer: A", "")] == [
-        "A", "B", "B", "A", None, None,
-    ]  # fmt: skip
+        "A",
+        "B",
+        "B",
+        "A",
+        None,
+        None,
+    ]
 
 
 def test_http_judge_sees_content_through_position_randomisation(server_factory, monkeypatch):
@@ -93,8 +99,10 @@ def test_http_judge_sees_content_through_position_randomisation(server_factory, 
     assert body["model"] == "judge-model" and body["temperature"] == 0
     assert "secret" not in json.dumps(judge.settings())
     # Both presentation orders were used, so a position-biased judge cannot fake a winner.
-    shown_first = [re.search(r"Answer A:\n(.*)\n\n", r[2]["messages"][0]["content"]).group(1)
-                   for r in server.requests[:10]]  # fmt: skip
+    shown_first = [
+        re.search(r"Answer A:\n(.*)\n\n", r[2]["messages"][0]["content"]).group(1)
+        for r in server.requests[:10]
+    ]
     assert set(shown_first) == {"a good answer", "a poor answer"}
 
 
@@ -140,8 +148,15 @@ def test_local_llm_judge_answers_the_likelier_letter_and_undoes_the_shuffle(prof
 def test_reward_model_judge_loads_a_local_model(profile, tmp_path):
     from transformers import GPT2Config, GPT2ForSequenceClassification
 
-    config = GPT2Config(vocab_size=len(profile.tokenizer), n_layer=1, n_embd=32, n_head=2,
-                        n_positions=64, num_labels=1, pad_token_id=0)  # fmt: skip
+    config = GPT2Config(
+        vocab_size=len(profile.tokenizer),
+        n_layer=1,
+        n_embd=32,
+        n_head=2,
+        n_positions=64,
+        num_labels=1,
+        pad_token_id=0,
+    )
     GPT2ForSequenceClassification(config).save_pretrained(tmp_path)
     profile.tokenizer.save_pretrained(tmp_path)
     judge = RewardModelJudge(str(tmp_path), batch_size=2)
@@ -162,13 +177,56 @@ def test_win_rate_metric_end_to_end(profile, server_factory, tmp_path):
     ]
     ctx = EvalContext(split=split, profile=profile, work_dir=tmp_path)
     server = server_factory()
-    spec = {"name": "win_rate", "max_new_tokens": 4, "judge": {"type": "http", "url": server.url,
-                                                              "model": "m"}}  # fmt: skip
+    spec = {
+        "name": "win_rate",
+        "max_new_tokens": 4,
+        "judge": {"type": "http", "url": server.url, "model": "m"},
+    }
     out = evaluate(Artifact("model", model_dir=str(tmp_path / "released")), ctx, [spec])
     # the reference always says "good" and the tiny model never does: the judge picks it
-    assert out["metrics"]["win_rate"] == {"win_rate": 0.0, "ties": 0.0, "n": 6.0,
-                                          "parse_failures": 0.0}  # fmt: skip
+    assert out["metrics"]["win_rate"] == {
+        "win_rate": 0.0,
+        "ties": 0.0,
+        "n": 6.0,
+        "parse_failures": 0.0,
+    }
     assert len(server.requests) == 6
     assert out["settings"]["win_rate"]["judge_judge"] == "http"
     skipped = evaluate(Artifact("texts", texts=["a"]), ctx, [spec])["skipped"]
     assert "win_rate" in skipped
+
+
+def test_paper_templates_render_the_answers_and_parse_the_verdict_line():
+    oasst = TEMPLATES["oasst"]
+    shown = oasst.render("What is 2+2?", "four", "five")
+    assert "Query: What is 2+2?" in shown and "Response A:\nfour" in shown
+    assert shown.endswith('More helpful: <"A" or "B">')
+    assert oasst.parse("Comparison: A mentions B.\nMore helpful: B") == "B"
+    assert oasst.parse("Comparison: both fine\nMore helpful: A.") == "A"
+    assert oasst.parse("Comparison: I cannot tell") is None
+    assert TEMPLATES["tldr"].parse("Comparison: shorter.\nPreferred: A") == "A"
+    assert "more helpful and harmless" in TEMPLATES["hh"].render("q", "a", "b")
+
+
+class ContentJudge(VerdictJudge):
+    """Replies in the paper format, preferring the response that says 'good'."""
+
+    name = "content"
+
+    def verdicts(self, judge_prompts):
+        replies = []
+        for p in judge_prompts:
+            a = p.split("Response A:\n")[1].split("\n\nResponse B:")[0]
+            replies.append(
+                "Comparison: one is good.\nMore helpful: " + ("A" if "good" in a else "B")
+            )
+        return [self.template.parse(r) for r in replies]
+
+
+def test_a_paper_template_judge_sees_both_positions_and_counts_wins():
+    judge = ContentJudge(seed=3, template="oasst")
+    verdicts = judge.compare(
+        ["q"] * 20, ["good answer"] * 10 + ["bad"] * 10, ["bad"] * 10 + ["good answer"] * 10
+    )
+    assert verdicts.tolist() == [1.0] * 10 + [0.0] * 10
+    assert judge.settings()["template"] == "oasst" and judge.parse_failures == 0

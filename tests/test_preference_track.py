@@ -128,3 +128,18 @@ def test_win_rate_scores_a_preference_release_through_its_policy(tmp_path):
     spec = {"name": "win_rate", "max_new_tokens": 4, "n_prompts": 5}
     out = evaluate(Artifact("preferences", pairs=[]), context(tmp_path), [spec])
     assert out["metrics"]["win_rate"]["n"] == 5.0
+
+
+def test_head_to_head_compares_two_releases_policies_on_the_same_prompts(tmp_path):
+    other = Artifact("preferences", pairs=[])
+    other.save(tmp_path / "other.json")
+    spec = {
+        "name": "win_rate",
+        "max_new_tokens": 4,
+        "n_prompts": 5,
+        "against": str(tmp_path / "other.json"),
+    }
+    out = evaluate(Artifact("preferences", pairs=[]), context(tmp_path), [spec])
+    # the same (base) policy on both sides: every answer ties
+    assert out["metrics"]["win_rate"] == {"win_rate": 0.5, "ties": 5.0, "n": 5.0}
+    assert out["settings"]["win_rate"]["against"] == str(tmp_path / "other.json")

@@ -6,10 +6,14 @@ answer (as A) with the record's ``chosen`` response (as B); the win rate is the 
 (ties count one half). A preference release is scored through the policy the evaluator
 aligns on it (SFT + DPO of the profile's generator: ``EvalContext.policy``); a released
 model is scored as it is.
+
+Head to head (paper 003 Table 15): with ``against`` = another run's ``artifact.json``, B is
+that release's policy's greedy answer to the same prompt instead of the reference.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from benchmark.artifact import Artifact
@@ -34,6 +38,7 @@ class WinRate(Metric):
         test_part: str = "test",
         prompt_field: str = "prompt",
         reference_field: str = "chosen",
+        against: str | None = None,
     ) -> None:
         self.judge_spec = dict(judge or {"type": "loglik"})
         super().__init__(
@@ -43,9 +48,18 @@ class WinRate(Metric):
             test_part=test_part,
             prompt_field=prompt_field,
             reference_field=reference_field,
+            against=against,
         )
+        self.against = against
         self.n_prompts, self.max_new_tokens, self.test_part = n_prompts, max_new_tokens, test_part
         self.prompt_field, self.reference_field = prompt_field, reference_field
+
+    def _answers(self, artifact: Artifact, ctx: EvalContext, prompts: list[str]) -> list[str]:
+        """Greedy answers of the release's policy (``EvalContext.policy``)."""
+        model, tokenizer = ctx.policy(artifact)
+        policy = HFGenerator(model, tokenizer, name=f"policy of {artifact.kind} release")
+        greedy = SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0)
+        return policy.generate(prompts, greedy)
 
     def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
         records = [
@@ -60,12 +74,11 @@ class WinRate(Metric):
         order = shuffled_subset(list(range(len(records))), self.n_prompts, ctx.seed)
         chosen = [records[i] for i in order]
         prompts = [str(r[self.prompt_field]) for r in chosen]
-        references = [str(r[self.reference_field]) for r in chosen]
-        model, tokenizer = ctx.policy(artifact)
-        policy = HFGenerator(model, tokenizer, name=f"policy of {artifact.kind} release")
-        answers = policy.generate(
-            prompts, SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0)
-        )
+        answers = self._answers(artifact, ctx, prompts)
+        if self.against is None:
+            references = [str(r[self.reference_field]) for r in chosen]
+        else:  # head to head: the other release's policy answers the same prompts
+            references = self._answers(Artifact.load(Path(self.against)), ctx, prompts)
         needs_generator = self.judge_spec.get("type", "loglik") in ("loglik", "llm")
         judge = make_judge(
             self.judge_spec, ctx.profile.generator() if needs_generator else None, ctx.seed
