@@ -114,11 +114,28 @@ def _batches(count: int, batch_size: int, epochs: int, seed: int) -> list[list[i
     ]
 
 
-def _optimiser(model: Any, lr: float, steps: int) -> tuple[Any, Any, list[Any]]:
+def _train(
+    model: Any,
+    batches: list[list[int]],
+    lr: float,
+    max_grad_norm: float,
+    loss_of: Any,
+) -> None:
+    """AdamW with a cosine schedule over ``batches``; ``loss_of(batch)`` is the loss."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimiser = torch.optim.AdamW(params, lr=lr)
-    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=max(steps, 1))
-    return optimiser, schedule, params
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=max(len(batches), 1))
+    model.train()
+    try:
+        for batch in batches:
+            loss = loss_of(batch)
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+            optimiser.step()
+            schedule.step()
+    finally:
+        model.eval()
 
 
 def train_completions(
@@ -126,21 +143,14 @@ def train_completions(
 ) -> None:
     """SFT: next-token loss on the completion tokens of (prompt, completion) pairs."""
     seqs = encode_completions(tokenizer, pairs, config.max_completion_tokens, context_length(model))
-    batches = _batches(len(seqs), config.batch_size, config.epochs, seed)
-    optimiser, schedule, params = _optimiser(model, config.lr, len(batches))
     device = next(model.parameters()).device
-    model.train()
-    try:
-        for batch in batches:
-            ids, mask, labels = padded([seqs[i] for i in batch], device)
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-            optimiser.step()
-            schedule.step()
-    finally:
-        model.eval()
+
+    def loss_of(batch: list[int]) -> torch.Tensor:
+        ids, mask, labels = padded([seqs[i] for i in batch], device)
+        return model(input_ids=ids, attention_mask=mask, labels=labels).loss
+
+    batches = _batches(len(seqs), config.batch_size, config.epochs, seed)
+    _train(model, batches, config.lr, config.max_grad_norm, loss_of)
 
 
 def encode_pairs(
@@ -192,25 +202,19 @@ def train_dpo(
     )
     model.eval()
     reference = reference_margins(model, chosen, rejected, config.batch_size)
+    device = next(model.parameters()).device
+
+    def loss_of(batch: list[int]) -> torch.Tensor:
+        margins = dpo_margins(
+            model,
+            [chosen[i] for i in batch],
+            [rejected[i] for i in batch],
+            reference[batch].to(device),
+        )
+        return -torch.nn.functional.logsigmoid(config.beta * margins).mean()
+
     batches = _batches(len(pairs), config.batch_size, config.dpo_epochs, seed)
-    optimiser, schedule, params = _optimiser(model, config.dpo_lr, len(batches))
-    model.train()
-    try:
-        for batch in batches:
-            margins = dpo_margins(
-                model,
-                [chosen[i] for i in batch],
-                [rejected[i] for i in batch],
-                reference[batch].to(next(model.parameters()).device),
-            )
-            loss = -torch.nn.functional.logsigmoid(config.beta * margins).mean()
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-            optimiser.step()
-            schedule.step()
-    finally:
-        model.eval()
+    _train(model, batches, config.dpo_lr, config.max_grad_norm, loss_of)
 
 
 def align(

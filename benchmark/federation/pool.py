@@ -702,13 +702,11 @@ class ClientPool:
         """Every unit's vector clipped to L1 norm ``l1_bound``, summed, plus Laplace noise
         of scale ``l1_bound``/ε per coordinate: ε-DP (pure) under add/remove of a unit.
         ``epsilon=inf`` is the exact sum, in a non-private run only."""
-        dim = plain_number("dim", dim, integer=True)
         l1_bound = plain_number("l1_bound", l1_bound)
-        epsilon = plain_number("epsilon", epsilon)
-        self._unit_level("pool.laplace_aggregate")
-        nonprivate = self._check_pure(epsilon, l1_bound)
-        batched = plain_flag("batched", batched)
-        rows = self._checked_rows(job_of(client_fn, payload), dim, batched, not nonprivate)
+        dim, epsilon = plain_number("dim", dim, integer=True), plain_number("epsilon", epsilon)
+        rows, nonprivate = self._pure_rows(
+            "pool.laplace_aggregate", client_fn, payload, dim, epsilon, l1_bound, batched
+        )
         norms = np.abs(rows).sum(axis=1)
         total = np.minimum(1.0, l1_bound / np.maximum(norms, 1e-12)) @ rows
         if not nonprivate:
@@ -734,15 +732,13 @@ class ClientPool:
         client side. ``epsilon=inf`` gives the exact top eigenvectors (non-private runs)."""
         from benchmark.federation.dp_pca import top_eigenvectors
 
-        dim = plain_number("dim", dim, integer=True)
         components = plain_number("components", components, integer=True)
-        epsilon = plain_number("epsilon", epsilon)
-        self._unit_level("pool.dp_pca")
+        dim, epsilon = plain_number("dim", dim, integer=True), plain_number("epsilon", epsilon)
         if not 1 <= components <= dim:
             raise PrivacyError(f"components must be in [1, dim={dim}], got {components}")
-        nonprivate = self._check_pure(epsilon, 1.0)
-        batched = plain_flag("batched", batched)
-        rows = self._checked_rows(job_of(client_fn, payload), dim, batched, not nonprivate)
+        rows, nonprivate = self._pure_rows(
+            "pool.dp_pca", client_fn, payload, dim, epsilon, 1.0, batched
+        )
         norms = np.linalg.norm(rows, axis=1)
         rows *= np.minimum(1.0, 1.0 / np.maximum(norms, 1e-12))[:, None]
         basis = top_eigenvectors(rows.T @ rows, components, epsilon, self._rng(1))
@@ -891,6 +887,25 @@ class ClientPool:
         )
         self._release_index += 1
         return theta
+
+    def _pure_rows(
+        self,
+        what: str,
+        client_fn: ClientFn | BatchFn,
+        payload: Any,
+        dim: int,
+        epsilon: float,
+        sensitivity: float,
+        batched: bool,
+    ) -> tuple[np.ndarray, bool]:
+        """Every unit's row for a pure-ε release (checked unless it is exact), and whether
+        it is exact (non-private)."""
+        self._unit_level(what)
+        nonprivate = self._check_pure(epsilon, sensitivity)
+        job = job_of(client_fn, payload)
+        return self._checked_rows(
+            job, dim, plain_flag("batched", batched), not nonprivate
+        ), nonprivate
 
     def _check_pure(self, epsilon: float, sensitivity: float) -> bool:
         """Validate a pure-ε mechanism's budget; True for an exact (non-private) release."""
