@@ -46,6 +46,13 @@ noiseless Lloyd iterations, non-private SGD with ``nonprivate_batch`` 64 and
 ``nonprivate_epochs`` 100; the discard rule still applies. Everything goes through the
 pool as non-private releases.
 
+Ablations as params (paper 003 §5, B.5, Figure 2): ``clusters`` (K; 1 = no DP-KMeans),
+``pca: false`` (no DP-PCA: cluster and train on the d-dimensional differences; ε0 then
+goes to the mean only), ``components`` (p), ``candidates`` (L), ``gap`` (τ; 0 = Algorithm 1
+without the filter), ``pca_share`` / ``kmeans_share`` (the ε0/ε1 split), ``public_prompts``
+(m), ``center`` / ``normalize`` (paper vs code, §1.5 item 1), ``histogram`` (item 2). Not
+built: Table 13's private prompts as public ones (a leak by design).
+
 Choices the paper leaves open (or where we differ), each a param or stated here:
 
 - privacy unit: one tuple (``privacy.unit: sample``), as the paper's Def. 3.1;
@@ -90,6 +97,7 @@ STOP = ["Human:"]
 HISTOGRAMS = ("laplace", "exact")
 
 PAPER = {
+    "pca": True,
     "components": 20,
     "clusters": 5,
     "kmeans_iterations": 7,
@@ -167,6 +175,12 @@ class DPPrefSyn(Method):
             raise SpecError("method.params: shares must lie in [0, 1) (pca and kmeans > 0)")
         if c["pca_share"] + c["kmeans_share"] + c["histogram_share"] >= 1:
             raise SpecError("method.params: pca + kmeans + histogram shares leave no DP-SGD budget")
+        if (
+            not isinstance(c["pca"], bool)
+            or not isinstance(c["center"], bool)
+            or not isinstance(c["normalize"], bool)
+        ):
+            raise SpecError("method.params: pca, center and normalize are true or false")
         if c["histogram"] not in HISTOGRAMS:
             raise SpecError(f"method.params.histogram: one of {HISTOGRAMS}, got {c['histogram']!r}")
         if c["histogram"] == "laplace" and c["histogram_share"] == 0:
@@ -223,6 +237,8 @@ class DPPrefSyn(Method):
             )
             mean = total / pool.num_clients
             pca_eps = eps0 - mean_eps if math.isfinite(eps0) else math.inf
+        if not c["pca"]:  # Figure 2a's "no DP-PCA": the full d-dimensional differences
+            return {"mean": mean, "basis": np.eye(dim)}
         basis = pool.dp_pca(
             Centred(differences, mean),
             dim=dim,
@@ -242,7 +258,7 @@ class DPPrefSyn(Method):
         """Line 6: DP-KMeans, the partition into clusters, their released sizes, the discard."""
         c, pool = self.config, ctx.pool
         projected = self._projected(ctx, state)
-        k, p, bound = c["clusters"], c["components"], c["kmeans_bound"]
+        k, p, bound = c["clusters"], state["basis"].shape[1], c["kmeans_bound"]
         eps1 = self._epsilon(ctx, c["kmeans_share"])
         step_eps = eps1 / (2 * c["kmeans_iterations"])
         centroids = ctx.rng(1).uniform(-bound, bound, size=(k, p))
@@ -290,7 +306,7 @@ class DPPrefSyn(Method):
             epsilon=self._sgd_epsilon(ctx),
         )
         projected = self._projected(ctx, state)
-        p = c["components"]
+        p = state["basis"].shape[1]
         rng = ctx.rng(2)
         rewards = {}
         for k in state["kept"]:

@@ -105,6 +105,15 @@ def test_the_nonprivate_variant_learns_the_majority_preference(tmp_path):
     assert accuracy > 0.9
 
 
+def test_without_pca_the_rewards_live_in_the_embedding_space(tmp_path):
+    ctx, state, artifact = run(tmp_path, params={"pca": False})
+    assert "exponential" not in {r.mechanism for r in ctx.pool.ledger.releases}
+    dim = ctx.profile.embedder().dim
+    assert state["basis"].shape == (dim, dim)
+    assert all(theta.shape == (dim,) for theta in state["rewards"].values())
+    assert artifact.pairs
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [
@@ -114,6 +123,7 @@ def test_the_nonprivate_variant_learns_the_majority_preference(tmp_path):
         ({"histogram_share": 0.0}, "histogram_share"),
         ({"clusters": 0}, "clusters"),
         ({"lr": -1}, "lr"),
+        ({"pca": "no"}, "pca"),
     ],
 )
 def test_bad_params_are_refused_before_any_release(tmp_path, params, message):
