@@ -217,12 +217,21 @@ def train_dpo(
     _train(model, batches, config.dpo_lr, config.max_grad_norm, loss_of)
 
 
+def trainable_copy(model: Any) -> Any:
+    """A copy of ``model`` with every parameter trainable: the profile's generator is shared
+    (cached per process), and a method may have frozen its parameters (LoRA)."""
+    copied = copy.deepcopy(model)
+    for param in copied.parameters():
+        param.requires_grad_(True)
+    return copied
+
+
 def align(
     base: Any, tokenizer: Any, pairs: list[dict[str, str]], config: AlignmentConfig, seed: int
 ) -> Any:
     """A copy of ``base`` SFT-ed on the chosen responses, then DPO-trained on the pairs
     (the untouched copy when there are no pairs: the ε = 0 base model)."""
-    model = copy.deepcopy(base)
+    model = trainable_copy(base)
     if pairs:
         with seeded(seed):
             train_completions(

@@ -105,7 +105,12 @@ def test_premia_finds_the_members_of_a_release_of_private_tuples(tmp_path):
         {k: r[k] for k in ("prompt", "chosen", "rejected")} for r in ctx.split.records("train")
     ]
     metrics = [{"name": "premia"}, {"name": "reward_accuracy"}]
-    out = evaluate(Artifact("preferences", pairs=leaked), ctx, metrics)["metrics"]
+    shared = get_profile("tiny").generator().model  # cached per process: a method froze it
+    shared.requires_grad_(False)
+    try:
+        out = evaluate(Artifact("preferences", pairs=leaked), ctx, metrics)["metrics"]
+    finally:
+        shared.requires_grad_(True)
     assert out["premia"]["auc"] > 0.8  # trained on exactly the members
     generator = get_profile("tiny").generator()
     # the base generator the margins are measured against is left untouched

@@ -13,7 +13,6 @@ so the pool checks that, on a sample, in a clean process (see :class:`ClientPool
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import math
 import secrets
@@ -1152,6 +1151,7 @@ class ClientPool:
         weights. The parts are disjoint, so the SFT and DPO halves compose in parallel."""
         from benchmark.federation.local_dp_sgd import plain_weights
         from benchmark.federation.preference_dp_sgd import STAGES, finetune_on_preferences
+        from benchmark.preference_training import trainable_copy
         from benchmark.profiles.seeding import seeded
 
         self._unit_level("pool.dp_preference_finetune")
@@ -1169,7 +1169,7 @@ class ClientPool:
         if self._policy is None:
             raise PrivacyError("this pool has no preference policy (the runner gives it one)")
         generator = self._policy()
-        model = copy.deepcopy(generator.model)
+        model = trainable_copy(generator.model)
         model.load_state_dict(weights, strict=True)
         records = [self._records[u][0] for u in np.flatnonzero(members)]
         start = time.perf_counter()
