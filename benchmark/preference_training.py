@@ -218,9 +218,15 @@ def train_dpo(
 
 
 def trainable_copy(model: Any) -> Any:
-    """A copy of ``model`` with every parameter trainable: the profile's generator is shared
-    (cached per process), and a method may have frozen its parameters (LoRA)."""
+    """A copy of ``model`` with every parameter trainable and the class's own ``forward``.
+
+    The profile's generator is shared (cached per process), and code that trained it before
+    may have left it changed: peft freezes its parameters, and trl's trainer replaces the
+    instance's ``forward`` with a closure over the original's bound ``forward``, which a deep
+    copy keeps, so the copy would compute with the original's weights and train nothing."""
     copied = copy.deepcopy(model)
+    for name in ("forward", "_original_forward"):
+        vars(copied).pop(name, None)
     for param in copied.parameters():
         param.requires_grad_(True)
     return copied

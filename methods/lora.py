@@ -22,12 +22,17 @@ def lora_config(rank: int, alpha: int) -> Any:
 
 @contextmanager
 def trainable_flags_kept(model: Any) -> Iterator[None]:
-    """Restore every parameter's ``requires_grad`` on exit: peft freezes the base model when
-    it adds an adapter and ``unload()`` does not unfreeze it, which would leave the profile's
-    shared generator untrainable for the next method."""
+    """Restore every parameter's ``requires_grad`` and the instance's own ``forward`` on exit:
+    peft freezes the base model when it adds an adapter and ``unload()`` does not unfreeze it,
+    and trl's trainer replaces ``model.forward`` with a closure over the original; either
+    would leave the profile's shared generator changed for the next method."""
     flags = {name: p.requires_grad for name, p in model.named_parameters()}
+    patched = {k: vars(model)[k] for k in ("forward", "_original_forward") if k in vars(model)}
     try:
         yield
     finally:
         for name, param in model.named_parameters():
             param.requires_grad_(flags[name])
+        for name in ("forward", "_original_forward"):
+            vars(model).pop(name, None)
+        vars(model).update(patched)

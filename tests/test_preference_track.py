@@ -1,6 +1,7 @@
 """The preference track: SFT + DPO of the downstream policy, and the metrics that read it."""
 
 import random
+import types
 
 import numpy as np
 import pytest
@@ -105,12 +106,21 @@ def test_premia_finds_the_members_of_a_release_of_private_tuples(tmp_path):
         {k: r[k] for k in ("prompt", "chosen", "rejected")} for r in ctx.split.records("train")
     ]
     metrics = [{"name": "premia"}, {"name": "reward_accuracy"}]
-    shared = get_profile("tiny").generator().model  # cached per process: a method froze it
+    # the generator is cached per process: a method before froze it (peft) and replaced its
+    # forward by a closure over the original (trl); the policy must train its own weights
+    shared = get_profile("tiny").generator().model
     shared.requires_grad_(False)
+    original = shared.forward
+
+    def patched(self, *args, **kwargs):  # as trl's fused forward: a closure over the original
+        return original(*args, **kwargs)
+
+    vars(shared)["forward"] = types.MethodType(patched, shared)
     try:
         out = evaluate(Artifact("preferences", pairs=leaked), ctx, metrics)["metrics"]
     finally:
         shared.requires_grad_(True)
+        del vars(shared)["forward"]
     assert out["premia"]["auc"] > 0.8  # trained on exactly the members
     generator = get_profile("tiny").generator()
     # the base generator the margins are measured against is left untouched
