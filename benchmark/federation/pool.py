@@ -869,22 +869,17 @@ class ClientPool:
             expected_batch=expected_batch,
             rng=self._rng(1),
         )
-        self._ledger.record(
-            Release(
-                mechanism=NONPRIVATE if nonprivate else SUBSAMPLED_GAUSSIAN,
-                noise_multiplier=noise_multiplier,
-                sensitivity=math.inf if nonprivate else clip_norm,
-                sample_rate=sample_rate,
-                count=steps,
-                label=label,
-                sampling="full" if sample_rate == 1 else "poisson",
-                unit=self._unit,
-                dim=dim,
-                partition=partition or "",
-                part=-1 if members is None else int(part),
-            )
+        self._record_gaussian(
+            nonprivate,
+            noise_multiplier,
+            clip_norm,
+            sample_rate,
+            steps,
+            label,
+            dim,
+            partition=partition or "",
+            part=-1 if members is None else int(part),
         )
-        self._release_index += 1
         return theta
 
     def _pure_rows(
