@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from benchmark.federation.clients import ClientBatch
 from benchmark.federation.pool import ClientPool
@@ -253,3 +254,19 @@ def test_local_dp_sgd_divides_by_the_public_batch_size_not_the_clients_count():
     train_locally(model, [example], config, np.random.default_rng(0))
     for name, p in model.named_parameters():
         assert torch.allclose(p.detach() - before[name], expected[name], atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_per_sample_scale_clips_to_the_norm_across_tensors(dtype):
+    from benchmark.federation.local_dp_sgd import per_sample_scale
+
+    g = torch.Generator().manual_seed(0)
+    grads = [torch.randn(300, 70, generator=g, dtype=dtype), torch.randn(5, generator=g)]
+    norm = math.sqrt(sum(float(x.double().pow(2).sum()) for x in grads))
+    scale = per_sample_scale(grads, 0.5)
+    assert scale == pytest.approx(0.5 / norm, rel=1e-6)
+    clipped = math.sqrt(sum(float((x.double() * scale).pow(2).sum()) for x in grads))
+    assert clipped <= 0.5 * (1 + 1e-6)
+    assert per_sample_scale(grads, 2 * norm) == 1.0
+    with pytest.raises(PrivacyError):
+        per_sample_scale([torch.tensor([float("nan")])], 1.0)

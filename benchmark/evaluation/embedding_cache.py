@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -49,7 +50,8 @@ class EmbeddingCache:
                 )
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(".tmp.npy")
+                # per process: two suite workers may embed the same texts at once
+                tmp = path.with_suffix(f".tmp-{os.getpid()}.npy")
                 np.save(tmp, vectors)
                 tmp.replace(path)
         self._memory[key] = vectors

@@ -184,8 +184,14 @@ def training_device() -> str:
 
 
 def per_sample_scale(grads: list[torch.Tensor], clip_norm: float) -> float:
-    """The factor that clips one sample's gradient to L2 norm ``clip_norm``."""
-    norm = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads))
+    """The factor that clips one sample's gradient to L2 norm ``clip_norm``.
+
+    Each tensor's norm is reduced in its own dtype (the kernel accumulates blockwise, so
+    its relative error stays near the dtype's epsilon) and the per-tensor norms are
+    combined in float64. Casting every gradient to float64 first gave the same norm to
+    ~1e-7 but cost a third of a SmolLM2 DP-SGD step (it copies all 135M values).
+    """
+    norm = math.sqrt(sum(float(torch.linalg.vector_norm(g)) ** 2 for g in grads))
     if not math.isfinite(norm):
         raise PrivacyError("a per-sample gradient is not finite")
     return min(1.0, clip_norm / max(norm, 1e-12))
