@@ -132,6 +132,22 @@ def test_loglik_judge_prefers_the_response_the_generator_finds_likelier(profile)
     assert scores_a[0] == pytest.approx(gen.logprobs(prompts[:1], a[:1])[0] / n_tokens)
 
 
+def test_batched_logprobs_equal_one_row_at_a_time(profile):
+    """Length-sorted batches with logits kept only at completion positions score each row
+    as a batch of one does, in the caller's order."""
+    gen = profile.generator()
+    prompts = ["the cat sat on the mat and", "a", "the dog", "in the beginning the cat"]
+    completions = [" ran.", " the cat sat on the mat.", "", " sat"]
+    batched = gen.logprobs(prompts, completions)
+    size, gen.batch_size = gen.batch_size, 1
+    try:
+        alone = gen.logprobs(prompts, completions)
+    finally:
+        gen.batch_size = size
+    assert batched[2] == 0.0
+    np.testing.assert_allclose(batched, alone, rtol=1e-5, atol=1e-4)
+
+
 def test_local_llm_judge_answers_the_likelier_letter_and_undoes_the_shuffle(profile):
     gen = profile.generator()
     judge = LocalLLMJudge(gen, seed=0)

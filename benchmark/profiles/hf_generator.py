@@ -193,13 +193,15 @@ class HFGenerator(Generator):
             p = p[-room:]
             rows.append((p + list(c), len(p)))
         result = np.zeros(len(rows), dtype=np.float64)
+        # length-sorted batches: little padding, and few positions whose logits are kept
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
         was_training = self.model.training
         self.model.eval()
         try:
             with torch.no_grad():
-                for start in range(0, len(rows), self.batch_size):
-                    chunk = rows[start : start + self.batch_size]
-                    result[start : start + len(chunk)] = self._score(chunk)
+                for start in range(0, len(order), self.batch_size):
+                    chunk = order[start : start + self.batch_size]
+                    result[chunk] = self._score([rows[i] for i in chunk])
         finally:
             self.model.train(was_training)
         return result
@@ -212,14 +214,19 @@ class HFGenerator(Generator):
         for i, (row, _) in enumerate(rows):
             ids[i, : len(row)] = torch.tensor(row)
             mask[i, : len(row)] = 1
+        # only the positions that predict a completion token get logits: a full batch of
+        # vocabulary-wide logits over every prompt position is gigabytes for a judge prompt
+        first = min(n_prompt for _, n_prompt in rows) - 1
         logits = self.model(
-            input_ids=ids.to(self.device), attention_mask=mask.to(self.device)
+            input_ids=ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            logits_to_keep=width - first,
         ).logits
         sums = np.zeros(len(rows), dtype=np.float64)
         for i, (row, n_prompt) in enumerate(rows):
             if len(row) == n_prompt:
                 continue
-            step = logits[i, n_prompt - 1 : len(row) - 1].float().log_softmax(-1)
+            step = logits[i, n_prompt - 1 - first : len(row) - 1 - first].float().log_softmax(-1)
             target = torch.tensor(row[n_prompt:], device=step.device).unsqueeze(-1)
             sums[i] = step.gather(-1, target).sum().item()
         return sums
