@@ -13,11 +13,13 @@ from benchmark.artifact import Artifact
 from benchmark.evaluation.base import EvalContext, evaluate
 from benchmark.evaluation.judge_templates import TEMPLATES, parse_verdict
 from benchmark.evaluation.judges import (
+    ContextPMIJudge,
     HTTPJudge,
     LocalLLMJudge,
     LogLikelihoodJudge,
     RewardModelJudge,
     VerdictJudge,
+    make_judge,
 )
 
 
@@ -130,6 +132,19 @@ def test_loglik_judge_prefers_the_response_the_generator_finds_likelier(profile)
     assert (judge.compare(prompts, a, b) + judge.compare(prompts, b, a)).tolist() == [1.0, 1.0]
     n_tokens = len(gen.tokenizer(a[0], add_special_tokens=False)["input_ids"])
     assert scores_a[0] == pytest.approx(gen.logprobs(prompts[:1], a[:1])[0] / n_tokens)
+
+
+def test_pmi_judge_scores_what_the_prompt_adds_to_the_response(profile):
+    gen = profile.generator()
+    judge = ContextPMIJudge(gen, null_prompt="\n\nHuman: ")
+    prompts, responses = ["the cat sat on", "in the beginning"], [" the mat.", " the mat."]
+    want = gen.logprobs(prompts, responses) - gen.logprobs(["\n\nHuman: "] * 2, responses)
+    np.testing.assert_allclose(judge.score(prompts, responses), want)
+    # the same response scores differently under different prompts; loglik's length
+    # normalisation is not involved, and a prompt that explains nothing scores 0
+    assert judge.score(prompts, responses)[0] != judge.score(prompts, responses)[1]
+    assert judge.score(["\n\nHuman: "], [" the mat."])[0] == pytest.approx(0.0, abs=1e-9)
+    assert make_judge({"type": "pmi"}, gen, 0).settings() == {"judge": "pmi", "null_prompt": ""}
 
 
 def test_batched_logprobs_equal_one_row_at_a_time(profile):

@@ -18,7 +18,7 @@ from typing import Any
 
 from benchmark.artifact import Artifact
 from benchmark.evaluation.base import EvalContext, Metric, MetricNotApplicable
-from benchmark.evaluation.judges import VerdictJudge, make_judge
+from benchmark.evaluation.judges import GENERATOR_JUDGES, VerdictJudge, make_judge
 from benchmark.evaluation.sampling import shuffled_subset
 from benchmark.profiles.base import SamplingParams
 from benchmark.profiles.hf_generator import HFGenerator
@@ -79,7 +79,7 @@ class WinRate(Metric):
             references = [str(r[self.reference_field]) for r in chosen]
         else:  # head to head: the other release's policy answers the same prompts
             references = self._answers(Artifact.load(Path(self.against)), ctx, prompts)
-        needs_generator = self.judge_spec.get("type", "loglik") in ("loglik", "llm")
+        needs_generator = self.judge_spec.get("type", "loglik") in GENERATOR_JUDGES
         judge = make_judge(
             self.judge_spec, ctx.profile.generator() if needs_generator else None, ctx.seed
         )
