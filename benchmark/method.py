@@ -104,6 +104,22 @@ class Method(ABC):
             )
         return {**defaults, **params}
 
+    def require_counts(self, *keys: str) -> None:
+        """Each param in ``keys`` is an integer >= 1 (a bool is not)."""
+        for key in keys:
+            value = self.config[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise SpecError(f"method.params.{key}: expected an integer >= 1, got {value!r}")
+
+    def require_positive(self, *keys: str) -> None:
+        """Each param in ``keys`` is a finite number > 0."""
+        for key in keys:
+            value = self.config[key]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise SpecError(f"method.params.{key}: expected a number > 0, got {value!r}")
+            if not (math.isfinite(value) and value > 0):
+                raise SpecError(f"method.params.{key}: expected a number > 0, got {value!r}")
+
     @abstractmethod
     def num_rounds(self) -> int:
         """Number of server rounds (0 for methods without federated rounds)."""

@@ -85,13 +85,8 @@ class DPFT(Method):
         return 2
 
     def setup(self, ctx: MethodContext) -> dict[str, Any]:
-        c = self.config
-        for key in ("batch", "sft_epochs", "dpo_epochs", "max_completion_tokens"):
-            if isinstance(c[key], bool) or not isinstance(c[key], int) or c[key] < 1:
-                raise SpecError(f"method.params.{key}: expected an integer >= 1, got {c[key]!r}")
-        for key in ("clip", "sft_lr", "dpo_lr", "beta"):
-            if not (isinstance(c[key], int | float) and math.isfinite(c[key]) and c[key] > 0):
-                raise SpecError(f"method.params.{key}: expected a number > 0, got {c[key]!r}")
+        self.require_counts("batch", "sft_epochs", "dpo_epochs", "max_completion_tokens")
+        self.require_positive("clip", "sft_lr", "dpo_lr", "beta")
         if ctx.privacy.epsilon <= 0:
             raise SpecError("privacy.epsilon: 0 allows no private release; use base_model")
         ctx.pool.define_partition(HALVES, half_of, parts=2, batched=True)

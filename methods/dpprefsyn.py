@@ -154,20 +154,11 @@ class DPPrefSyn(Method):
 
     def _check(self) -> None:
         c = self.config
-        for key in (
-            "components",
-            "clusters",
-            "kmeans_iterations",
-            "batch",
-            "epochs",
-            "nonprivate_batch",
-            "nonprivate_epochs",
-            "candidates",
-            "max_new_tokens",
+        self.require_counts(
+            "components", "clusters", "kmeans_iterations", "batch", "epochs",
+            "nonprivate_batch", "nonprivate_epochs", "candidates", "max_new_tokens",
             "public_prompts",
-        ):
-            if isinstance(c[key], bool) or not isinstance(c[key], int) or c[key] < 1:
-                raise SpecError(f"method.params.{key}: expected an integer >= 1, got {c[key]!r}")
+        )  # fmt: skip
         if c["candidates"] < 2:
             raise SpecError("method.params.candidates: need >= 2 to pick chosen and rejected")
         shares = [c[k] for k in ("mean_share", "pca_share", "kmeans_share", "histogram_share")]
@@ -185,9 +176,7 @@ class DPPrefSyn(Method):
             raise SpecError(f"method.params.histogram: one of {HISTOGRAMS}, got {c['histogram']!r}")
         if c["histogram"] == "laplace" and c["histogram_share"] == 0:
             raise SpecError("method.params.histogram_share: a Laplace histogram needs a share > 0")
-        for key in ("kmeans_bound", "mean_l1_bound", "lr", "clip", "temperature"):
-            if not (isinstance(c[key], int | float) and math.isfinite(c[key]) and c[key] > 0):
-                raise SpecError(f"method.params.{key}: expected a number > 0, got {c[key]!r}")
+        self.require_positive("kmeans_bound", "mean_l1_bound", "lr", "clip", "temperature")
         if not (isinstance(c["gap"], int | float) and c["gap"] >= 0):
             raise SpecError(f"method.params.gap: expected a number >= 0, got {c['gap']!r}")
 
