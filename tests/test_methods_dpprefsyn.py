@@ -122,7 +122,10 @@ def test_without_pca_the_rewards_live_in_the_embedding_space(tmp_path):
         ({"histogram": "none"}, "histogram"),
         ({"histogram_share": 0.0}, "histogram_share"),
         ({"clusters": 0}, "clusters"),
+        ({"epochs": True}, "epochs"),
         ({"lr": -1}, "lr"),
+        ({"clip": float("nan")}, "clip"),
+        ({"temperature": "hot"}, "temperature"),
         ({"pca": "no"}, "pca"),
     ],
 )
