@@ -16,7 +16,9 @@ from typing import Any
 from benchmark.evaluation.stats import summarize
 from leaderboard.schema import ENTRY_SCHEMA_VERSION, EntryError, validate_entry
 
-AUDIT_PREFIXES = ("mia.", "dcr.")
+# Privacy audits, kept apart from the utility metrics: membership inference on text and
+# model releases (mia), on preference policies (premia, paper 003 Table 5), and DCR.
+AUDIT_PREFIXES = ("mia.", "premia.", "dcr.")
 # Bump when a metric's definition changes. 2: text metrics also score model releases (on
 # texts sampled from the released model).
 METRIC_DEFINITIONS_VERSION = 2

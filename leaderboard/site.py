@@ -14,6 +14,7 @@ import math
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from leaderboard.store import MANIFESTS_DIR, Row, labelled, rows_by_version
@@ -70,7 +71,9 @@ PALETTE = (
 )  # fmt: skip
 
 
-AUDIT_COLUMNS = ("mia.loss_auc", "mia.reference_loss_auc", "dcr.auc")
+# Each audit column names its metric, then the alternatives that fill it for an entry
+# without it: a preference policy's PREMIA AUC is its membership-inference AUC.
+AUDIT_COLUMNS = (("mia.loss_auc", "premia.auc"), ("mia.reference_loss_auc",), ("dcr.auc",))
 ROLE_BADGE = {"bound": "bound", "control": "control", "method": ""}
 
 
@@ -184,7 +187,7 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
 
 def _audit_table(split: str, rows: Sequence[Row]) -> str:
     """Audits (membership inference, distance to closest record) and costs, apart."""
-    head = ["method", "ε", "ε from ledger", *(metric_label(m) for m in AUDIT_COLUMNS)]
+    head = ["method", "ε", "ε from ledger", *(metric_label(c[0]) for c in AUDIT_COLUMNS)]
     head += ["floats up / client-round", "run seconds / seed"]
     body = []
     for row in sorted(rows, key=lambda r: (ROLE_ORDER[role_of(r)], r.method, r.epsilon_budget)):
@@ -195,7 +198,7 @@ def _audit_table(split: str, rows: Sequence[Row]) -> str:
             + _method_cell(row)
             + _eps_cell(row.epsilon_budget)
             + _eps_cell(row.epsilon)
-            + "".join(_summary_cell(row.entry["audit"].get(m), 3) for m in AUDIT_COLUMNS)
+            + "".join(_summary_cell(_audit_of(row, c), 3) for c in AUDIT_COLUMNS)
             + _num(floats, "" if floats is None else f"{floats:,.0f}")
             + _num(row.entry["wall_seconds"] / seeds, f"{row.entry['wall_seconds'] / seeds:,.0f}")
             + "</tr>"
@@ -206,6 +209,12 @@ def _audit_table(split: str, rows: Sequence[Row]) -> str:
         f'data-split="{html.escape(split)}"><thead><tr>{cols}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table></details>"
     )
+
+
+def _audit_of(row: Row, column: tuple[str, ...]) -> Any:
+    """The entry's summary for the first of ``column``'s metrics that it has."""
+    audits = row.entry["audit"]
+    return next((audits[m] for m in column if m in audits), None)
 
 
 def _ticks(low: float, high: float, count: int = 5) -> list[float]:

@@ -13,7 +13,9 @@ from benchmark.spec import PRIVACY_UNITS
 from leaderboard.store import Row
 
 # Metrics where smaller is better; everything else is larger-is-better.
-LOWER_IS_BETTER = ("next_token.ce", "fid.fid", "mia.loss_auc", "mia.calibrated_auc", "dcr.auc")
+LOWER_IS_BETTER = (
+    "next_token.ce", "fid.fid", "mia.loss_auc", "mia.calibrated_auc", "premia.auc", "dcr.auc",
+)  # fmt: skip
 DEFAULT_METRIC = "next_token.top1"
 BOUND_METHODS = {"public_only": 0.0, "nonprivate": math.inf}
 ROLE_ORDER = {"bound": 0, "control": 1, "method": 2}
@@ -28,6 +30,7 @@ METRIC_LABELS = {
     "mia.loss_auc": "MIA loss AUC",
     "mia.calibrated_auc": "MIA calibrated AUC",
     "mia.reference_loss_auc": "MIA reference AUC",
+    "premia.auc": "PREMIA AUC",
     "dcr.auc": "DCR AUC",
     "next_token.test_tokens": "test tokens",
     "fid.n_real": "real texts scored",

@@ -340,3 +340,18 @@ def test_site_describes_the_split_and_escapes_what_it_prints(store, tmp_path):
     assert "public part: before:2018-05-01 (at most 5,000 samples)" in page
     assert page.index('table class="sortable headline"') < page.index('<svg class="plot"')
     assert page.index('<svg class="plot"') < page.index('table class="sortable audit"')
+
+
+def test_premia_is_an_audit_and_fills_the_mia_column(tmp_path):
+    """Paper 003's PREMIA AUC sits in the audit block, in the column of the MIA AUC."""
+    from leaderboard.site import _audit_table
+
+    records = fake_records(tmp_path, 1.0, seeds=(0, 1))
+    for record, auc in zip(records, (0.61, 0.63), strict=True):
+        record["metrics"]["premia.auc"] = auc
+    entry = build_entry(records, "lb-0123456789")
+    assert entry["audit"]["premia.auc"]["values"] == [0.61, 0.63]
+    assert "premia.auc" not in entry["metrics"] and METRIC in entry["metrics"]
+    row = Row("lb-0123456789", "toy", entry["method"]["name"], 1.0, 1.0, "formal", "p", entry)
+    table = _audit_table("toy", [row])
+    assert "MIA loss AUC" in table and "0.620" in table
