@@ -85,6 +85,36 @@ def test_completion_logprobs_sum_the_completion_tokens_only():
         assert float(completion_logprobs(model, [row])[0]) == pytest.approx(expected, abs=1e-4)
 
 
+def test_completion_logprobs_of_a_batch_equal_each_row_alone():
+    """Logits are kept only from the batch's first completion position on: rows with other
+    prompt lengths (and padding) still sum exactly their own completion tokens."""
+    generator = get_profile("tiny").generator()
+    pairs = [("a prompt", "its completion"), ("a much longer prompt than that", "ok"), ("", "x y")]
+    rows = encode_completions(generator.tokenizer, pairs, 16, 512)
+    with torch.no_grad():
+        batched = completion_logprobs(generator.model, rows)
+        alone = torch.cat([completion_logprobs(generator.model, [row]) for row in rows])
+    torch.testing.assert_close(batched, alone, rtol=1e-5, atol=1e-4)
+
+
+def test_generator_margins_are_computed_once_and_read_back(tmp_path, monkeypatch):
+    from benchmark.evaluation import preference_audit
+
+    monkeypatch.setenv("FEDSYNTH_CACHE", str(tmp_path / "cache"))
+    ctx = context(tmp_path)
+    records = [{k: r[k] for k in ("prompt", "chosen", "rejected")} for r in tuples(6, 3)]
+    first = preference_audit.generator_margins(ctx, records, 12)
+    assert len(list((tmp_path / "cache" / "generator_margins").glob("*.npy"))) == 1
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("recomputed instead of read from the cache")
+
+    monkeypatch.setattr(preference_audit, "reference_margins", refuse)
+    np.testing.assert_array_equal(preference_audit.generator_margins(ctx, records, 12), first)
+    with pytest.raises(AssertionError, match="recomputed"):  # other tuples: another key
+        preference_audit.generator_margins(ctx, records[:3], 12)
+
+
 def test_alignment_without_pairs_is_the_base_model():
     generator = get_profile("tiny").generator()
     model = align(generator.model, generator.tokenizer, [], AlignmentConfig(**FAST), 0)

@@ -19,6 +19,9 @@ has m = 0 everywhere).
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from typing import Any
 
 import numpy as np
@@ -29,7 +32,9 @@ from benchmark.evaluation.base import EvalContext, Metric, MetricNotApplicable
 from benchmark.evaluation.mia import attack_auc
 from benchmark.evaluation.sampling import shuffled_subset
 from benchmark.preference_training import encode_pairs, reference_margins
+from benchmark.profiles.cache import cache_dir
 from benchmark.profiles.hf_generator import context_length
+from benchmark.profiles.packaged import distribution_version
 
 PAIR_FIELDS = ("prompt", "chosen", "rejected")
 BATCH = 8
@@ -50,14 +55,48 @@ def preference_records(ctx: EvalContext, part: str, n: int) -> list[dict[str, st
 def implicit_margins(
     ctx: EvalContext, artifact: Artifact, records: list[dict[str, str]], max_completion: int
 ) -> np.ndarray:
-    """m per tuple (see the module docstring), batched, without gradients."""
+    """m per tuple (see the module docstring), batched, without gradients.
+
+    A preference release without pairs leaves the policy the untouched generator, so its
+    margins are exactly 0 and are not computed."""
+    if artifact.kind == "preferences" and not artifact.pairs:
+        return np.zeros(len(records))
     model, tokenizer = ctx.policy(artifact)
-    reference = ctx.profile.generator().model
     chosen, rejected = encode_pairs(tokenizer, records, max_completion, context_length(model))
     with torch.no_grad():
-        policy = reference_margins(model, chosen, rejected, BATCH)
-        base = reference_margins(reference, chosen, rejected, BATCH)
-    return (policy - base).double().numpy()
+        policy = reference_margins(model, chosen, rejected, BATCH).double().numpy()
+    return policy - generator_margins(ctx, records, max_completion)
+
+
+def generator_margins(
+    ctx: EvalContext, records: list[dict[str, str]], max_completion: int
+) -> np.ndarray:
+    """log π_ref(a⁺|x) − log π_ref(a⁻|x) under the profile's untouched generator.
+
+    The same for every release evaluated on these tuples, so it is cached on disk (keyed
+    by the generator, the tuples, the cut and the library versions) and computed once per
+    suite rather than once per run. Only the trusted evaluator writes the cache."""
+    generator = ctx.profile.generator()
+    payload = {
+        "format": 1,
+        "generator": generator.name,
+        "pairs": records,
+        "max_completion": max_completion,
+        "libraries": {d: distribution_version(d) for d in ("torch", "transformers")},
+    }
+    key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+    path = cache_dir() / "generator_margins" / f"{key}.npy"
+    if path.is_file():
+        return np.load(path)
+    model, tokenizer = generator.model, generator.tokenizer
+    chosen, rejected = encode_pairs(tokenizer, records, max_completion, context_length(model))
+    model.eval()
+    margins = reference_margins(model, chosen, rejected, BATCH).double().numpy()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp-{os.getpid()}.npy")
+    np.save(tmp, margins)
+    tmp.replace(path)
+    return margins
 
 
 class _PolicyMetric(Metric):
