@@ -7,6 +7,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from benchmark.evaluation.stats import gap_closed
 from benchmark.spec import PRIVACY_UNITS
@@ -121,8 +122,9 @@ def anchors_by_store(rows: Sequence[Row], metric: str) -> dict[str, tuple[float,
     found: dict[str, dict[str, float]] = {}
     for row in rows:
         name = row.entry["method"]["name"]
-        if BOUND_METHODS.get(name) == row.epsilon_budget and metric in row.entry["metrics"]:
-            found.setdefault(row.store, {})[name] = row.entry["metrics"][metric]["mean"]
+        summary = summary_of(row.entry, metric)
+        if BOUND_METHODS.get(name) == row.epsilon_budget and summary:
+            found.setdefault(row.store, {})[name] = summary["mean"]
     return {
         store: (bounds["public_only"], bounds["nonprivate"])
         for store, bounds in found.items()
@@ -150,10 +152,15 @@ def apart_by_unit(rows: Sequence[Row]) -> tuple[list[Row], set[str]]:
     return shown, {r.method for r in shown if privacy_unit(r) != table_unit}
 
 
+def summary_of(entry: dict[str, Any], metric: str) -> dict[str, Any] | None:
+    """An entry's summary of ``metric``: a utility metric, or an audit (e.g. ``premia.auc``)."""
+    return entry["metrics"].get(metric) or entry.get("audit", {}).get(metric)
+
+
 def build_table(rows: Sequence[Row], split: str, metric: str = DEFAULT_METRIC) -> Table:
-    rows = [r for r in rows if r.split == split and metric in r.entry["metrics"]]
+    rows = [r for r in rows if r.split == split and summary_of(r.entry, metric)]
     rows, unranked = apart_by_unit(rows)
-    cells = {(r.method, r.epsilon_budget): cell_of(r.entry["metrics"][metric]) for r in rows}
+    cells = {(r.method, r.epsilon_budget): cell_of(summary_of(r.entry, metric)) for r in rows}
     roles = {r.method: role_of(r) for r in rows}
     epsilons = sorted({e for _, e in cells})
     methods = sorted(roles, key=lambda m: (ROLE_ORDER[roles[m]], m))

@@ -355,3 +355,5 @@ def test_premia_is_an_audit_and_fills_the_mia_column(tmp_path):
     row = Row("lb-0123456789", "toy", entry["method"]["name"], 1.0, 1.0, "formal", "p", entry)
     table = _audit_table("toy", [row])
     assert "MIA loss AUC" in table and "0.620" in table
+    shown = build_table([row], "toy", "premia.auc")  # `leaderboard show --metric premia.auc`
+    assert [c.mean for c in shown.cells.values()] == [pytest.approx(0.62)]
