@@ -225,10 +225,10 @@ class DPFTRLDM(DPFTRL):
         for key in ("pretrain_fraction", "midtrain_fraction"):
             if not 0 < cfg[key] <= 1:
                 raise SpecError(f"method.params.{key}: must be in (0, 1], got {cfg[key]!r}")
-        for key in ("pretrain_steps", "pretrain_batch_size", "midtrain_steps",
-                    "midtrain_batch_size", "distill_top_k"):  # fmt: skip
-            if type(cfg[key]) is not int or cfg[key] < 1:
-                raise SpecError(f"method.params.{key}: a positive integer, got {cfg[key]!r}")
+        self.require_counts(
+            "pretrain_steps", "pretrain_batch_size", "midtrain_steps", "midtrain_batch_size",
+            "distill_top_k",
+        )  # fmt: skip
         if cfg["distill_beta"] < 0 or cfg["distill_temperature"] <= 0:
             raise SpecError("method.params: distill_beta must be >= 0, distill_temperature > 0")
         if cfg["distill_beta"] > 0 and cfg["tokenizer"] != "public_llm":
