@@ -28,6 +28,7 @@ import torch
 
 from benchmark.artifact import Artifact, ArtifactError
 from benchmark.data import FederatedSplit, group_by_client
+from benchmark.federation.canaries import CanaryPlan, plan_canaries, with_canaries
 from benchmark.federation.costs import CostCounters
 from benchmark.federation.local_dp_sgd import LocalLMTrainer
 from benchmark.federation.pool import INDEPENDENCE_CHECKS, ClientPool
@@ -113,6 +114,22 @@ def privacy_units(split: FederatedSplit, unit: str) -> dict[str, list[dict[str, 
     if unit == "user":
         return group_by_client(records)
     return {f"{i:08d}": [r] for i, r in enumerate(records)}
+
+
+def canary_plan(spec: RunSpec, split: FederatedSplit, n_units: int, seed: int) -> CanaryPlan | None:
+    """The run's canaries when its evaluation lists the ``canary`` audit, else None."""
+    if not any(m["name"] == "canary" for m in spec.evaluation.metrics):
+        return None
+    try:
+        return plan_canaries(
+            split.texts("public"),
+            n_units,
+            seed,
+            spec.privacy.delta,
+            blind=spec.privacy.noise_seed != "spec",
+        )
+    except ValueError as exc:
+        raise SpecError(f"evaluation.metrics: canary: {exc}") from exc
 
 
 def check_delta(spec: RunSpec, units: int) -> None:
@@ -313,10 +330,14 @@ def run(
     ledger = PrivacyLedger()
     work_dir = run_dir / "work"
     work_dir.mkdir(exist_ok=True)
+    seed = pool_seed(spec, run_dir)
+    canaries = canary_plan(spec, split, len(units), seed)
+    if canaries is not None:
+        units = with_canaries(units, canaries, seed)
     pool = ClientPool(
         units,
         ledger=ledger,
-        seed=pool_seed(spec, run_dir),
+        seed=seed,
         unit=spec.privacy.unit,
         allow_nonprivate=math.isinf(spec.privacy.epsilon),
         simulated=spec.privacy.guarantee == "simulated",
@@ -341,7 +362,9 @@ def run(
     else:
         method = InProcessMethod(method_cls(resolved.method_config), ctx, spec.seed)
     try:
-        return _drive(method, spec, resolved, split, pool, ctx, run_dir, role, stop_after_round)
+        return _drive(
+            method, spec, resolved, split, pool, ctx, run_dir, role, stop_after_round, canaries
+        )
     finally:
         method.close()
         if isolated:
@@ -373,6 +396,7 @@ def _drive(
     run_dir: Path,
     role: str,
     stop_after_round: int | None,
+    canaries: CanaryPlan | None = None,
 ) -> RunResult:
     """Rounds, checkpoints, the release, the budget check, evaluation and the record."""
     ledger = pool.ledger
@@ -413,7 +437,14 @@ def _drive(
     method_seconds = elapsed + time.perf_counter() - began
 
     report = evaluate_artifact(
-        artifact, spec, split, ctx.profile, run_dir, pool.costs.summary(), public_start_of(ctx)
+        artifact,
+        spec,
+        split,
+        ctx.profile,
+        run_dir,
+        pool.costs.summary(),
+        public_start_of(ctx),
+        canaries,
     )
     record = build_record(
         resolved=resolved,
@@ -453,6 +484,7 @@ def evaluate_artifact(
     run_dir: Path,
     costs: dict[str, float],
     start_model: Any = None,
+    canaries: CanaryPlan | None = None,
 ) -> dict[str, Any]:
     """Evaluate the artifact; returns the evaluator's full report (metrics by label)."""
     if not spec.evaluation.metrics:
@@ -470,6 +502,7 @@ def evaluate_artifact(
         costs=costs,
         downstream=downstream_config(spec),
         start_model=start_model,
+        canaries=canaries,
     )
     metric_specs = [{"name": m["name"], **m["settings"]} for m in spec.evaluation.metrics]
     return evaluate(artifact, ctx, metric_specs)

@@ -17,8 +17,19 @@ from benchmark.evaluation.stats import summarize
 from leaderboard.schema import ENTRY_SCHEMA_VERSION, EntryError, validate_entry
 
 # Privacy audits, kept apart from the utility metrics: membership inference on text and
-# model releases (mia), on preference policies (premia, paper 003 Table 5), and DCR.
-AUDIT_PREFIXES = ("mia.", "premia.", "dcr.")
+# model releases (mia), on preference policies (premia, paper 003 Table 5), DCR, and the
+# one-run canary audit's ε lower bound (canary).
+AUDIT_PREFIXES = ("mia.", "premia.", "dcr.", "canary.")
+
+
+def audit_exceeds_epsilon(entry: dict[str, Any]) -> bool:
+    """True when a seed's canary audit refutes the entry's accounted ε: the release shows
+    more than its ledger allows (a bug in a mechanism, or a method that leaks around it)."""
+    bounds = entry.get("audit", {}).get("canary.epsilon_lower_bound", {}).get("values", [])
+    claimed = entry["privacy"]["epsilon"]
+    return claimed != "inf" and any(b > float(claimed) + 1e-9 for b in bounds)
+
+
 # Bump when a metric's definition changes. 2: text metrics also score model releases (on
 # texts sampled from the released model).
 METRIC_DEFINITIONS_VERSION = 2

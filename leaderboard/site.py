@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from leaderboard.entries import audit_exceeds_epsilon
 from leaderboard.store import MANIFESTS_DIR, Row, labelled, rows_by_version
 from leaderboard.tables import (
     DEFAULT_METRIC,
@@ -61,7 +62,7 @@ th[data-dir=desc]::after{content:' ▼'}td.num{text-align:right;font-variant-num
 svg{border:1px solid #ddd;background:#fff}p.split{max-width:70em;color:#444}
 .badge{font-size:75%;padding:1px 5px;border-radius:3px;background:#eee;color:#555}
 .badge.control{background:#fdf1d6}.badge.bound{background:#e4eefb}
-tr.best td{font-weight:bold}tr.bound td,tr.control td{color:#555}tr.theirs td{background:#f7fbf2}
+tr.best td{font-weight:bold}tr.bound td,tr.control td{color:#555}tr.theirs td{background:#f7fbf2}tr.flagged td{background:#fde8e8}
 """
 
 # matplotlib's tab10: ten distinguishable hues (the cpu suites plot nine series).
@@ -73,7 +74,12 @@ PALETTE = (
 
 # Each audit column names its metric, then the alternatives that fill it for an entry
 # without it: a preference policy's PREMIA AUC is its membership-inference AUC.
-AUDIT_COLUMNS = (("mia.loss_auc", "premia.auc"), ("mia.reference_loss_auc",), ("dcr.auc",))
+AUDIT_COLUMNS = (
+    ("mia.loss_auc", "premia.auc"),
+    ("mia.reference_loss_auc",),
+    ("dcr.auc",),
+    ("canary.epsilon_lower_bound",),
+)
 ROLE_BADGE = {"bound": "bound", "control": "control", "method": ""}
 
 
@@ -188,17 +194,19 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
 def _audit_table(split: str, rows: Sequence[Row]) -> str:
     """Audits (membership inference, distance to closest record) and costs, apart."""
     head = ["method", "ε", "ε from ledger", *(metric_label(c[0]) for c in AUDIT_COLUMNS)]
-    head += ["floats up / client-round", "run seconds / seed"]
+    head += ["flag", "floats up / client-round", "run seconds / seed"]
     body = []
     for row in sorted(rows, key=lambda r: (ROLE_ORDER[role_of(r)], r.method, r.epsilon_budget)):
         seeds = max(len(row.entry["spec"].get("seeds", [])), 1)
         floats = row.entry["costs"].get("floats_up_per_client_round")
+        flagged = audit_exceeds_epsilon(row.entry)
         body.append(
-            f"<tr class='{_row_class(row)}'>"
+            f"<tr class='{_row_class(row)}{' flagged' if flagged else ''}'>"
             + _method_cell(row)
             + _eps_cell(row.epsilon_budget)
             + _eps_cell(row.epsilon)
             + "".join(_summary_cell(_audit_of(row, c), 3) for c in AUDIT_COLUMNS)
+            + ("<td class='flag'>audit ε above the ledger's</td>" if flagged else "<td></td>")
             + _num(floats, "" if floats is None else f"{floats:,.0f}")
             + _num(row.entry["wall_seconds"] / seeds, f"{row.entry['wall_seconds'] / seeds:,.0f}")
             + "</tr>"

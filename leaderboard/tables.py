@@ -32,13 +32,14 @@ METRIC_LABELS = {
     "mia.calibrated_auc": "MIA calibrated AUC",
     "mia.reference_loss_auc": "MIA reference AUC",
     "premia.auc": "PREMIA AUC",
+    "canary.epsilon_lower_bound": "canary audit ε ≥",
     "dcr.auc": "DCR AUC",
     "next_token.test_tokens": "test tokens",
     "fid.n_real": "real texts scored",
     "fid.n_synthetic": "released texts scored",
 }
 # Counts and chosen settings describe a run; they have no better direction.
-UNDIRECTED = ("next_token.selected_epoch", "next_token.test_tokens")
+UNDIRECTED = ("canary.epsilon_lower_bound", "next_token.selected_epoch", "next_token.test_tokens")
 
 
 def metric_label(metric: str) -> str:

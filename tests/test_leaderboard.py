@@ -2,6 +2,7 @@
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -357,3 +358,22 @@ def test_premia_is_an_audit_and_fills_the_mia_column(tmp_path):
     assert "MIA loss AUC" in table and "0.620" in table
     shown = build_table([row], "toy", "premia.auc")  # `leaderboard show --metric premia.auc`
     assert [c.mean for c in shown.cells.values()] == [pytest.approx(0.62)]
+
+
+def test_an_entry_whose_canary_audit_refutes_its_epsilon_is_flagged(tmp_path):
+    from leaderboard.entries import audit_exceeds_epsilon
+    from leaderboard.site import _audit_table
+
+    records = fake_records(tmp_path, 1.0, seeds=(0, 1))
+    for record, bound in zip(records, (0.2, 1.7), strict=True):  # seed 1 shows ε ≥ 1.7
+        record["metrics"]["canary.epsilon_lower_bound"] = bound
+    entry = build_entry(records, "lb-0123456789")
+    assert "canary.epsilon_lower_bound" in entry["audit"] and audit_exceeds_epsilon(entry)
+    row = Row("lb-0123456789", "toy", entry["method"]["name"], 1.0, 1.0, "formal", "p", entry)
+    assert "flagged" in _audit_table("toy", [row]) and "above the ledger" in _audit_table(
+        "toy", [row]
+    )
+    records[1]["metrics"]["canary.epsilon_lower_bound"] = 0.9
+    honest = build_entry(records, "lb-0123456789")
+    assert not audit_exceeds_epsilon(honest)
+    assert "flagged" not in _audit_table("toy", [replace(row, entry=honest)])

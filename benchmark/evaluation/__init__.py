@@ -14,6 +14,7 @@ _BUILTIN_METRICS = {
     "cost": "benchmark.evaluation.cost:Cost",
     "reward_accuracy": "benchmark.evaluation.preference_audit:RewardAccuracy",
     "premia": "benchmark.evaluation.preference_audit:Premia",
+    "canary": "benchmark.evaluation.canary_audit:CanaryAudit",
 }
 
 for _name, _target in _BUILTIN_METRICS.items():

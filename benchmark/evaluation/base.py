@@ -23,6 +23,7 @@ from benchmark.data import FederatedSplit
 from benchmark.evaluation.downstream import DownstreamConfig, DownstreamResult, run_downstream
 from benchmark.evaluation.embedding_cache import EmbeddingCache
 from benchmark.evaluation.sampling import shuffled_subset
+from benchmark.federation.canaries import CanaryPlan
 from benchmark.profiles.base import ModelProfile
 from benchmark.progress import progress
 from benchmark.registry import METRICS
@@ -96,6 +97,9 @@ class EvalContext:
     # The public starting point a released text set is fine-tuned from (the same model the
     # federated methods start from); None → the profile's untrained on-device LM.
     start_model: Callable[[], Any] | None = None
+    # The run's canaries with their inclusion bits (trusted: the runner's plan), for the
+    # ``canary`` audit; None when the run inserted none.
+    canaries: CanaryPlan | None = None
     _embeddings: EmbeddingCache | None = field(default=None, init=False, repr=False)
     _trained: dict[str, DownstreamResult] = field(default_factory=dict, init=False, repr=False)
     _sampled: dict[str, list[str]] = field(default_factory=dict, init=False, repr=False)
