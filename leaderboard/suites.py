@@ -108,6 +108,10 @@ QUICK_METRICS = (
     {"name": "dcr", "settings": {"n_samples": 200}},
 )
 
+# The one-run canary audit (benchmark/evaluation/canary_audit.py): listing it makes the
+# runner insert canaries, and the entry shows the ε lower bound beside the accounted ε.
+CANARY_AUDIT = {"name": "canary", "settings": {}}
+
 # The quickstart is a smoke test of the whole pipeline, not a benchmark (that is ``bench``):
 # the LLM methods run at the pre-working-scale sizes that kept ``make run`` under 20 minutes
 # (64-text releases; PE 3 rounds of 16 samples without lookahead; POPri 1 round of 4 × 4).
@@ -247,7 +251,7 @@ SUITES = {
         epsilons=(1.0,),
         delta=3e-6,
         seeds=(0,),
-        metrics=QUICK_METRICS,
+        metrics=(*QUICK_METRICS, CANARY_AUDIT),
         downstream={"model_samples": 16},
         methods=(*PUBLISHED_METHODS, "fed_ctg", "dp_ftrl_dm"),
         method_privacy={"fed_ctg": {"unit": "client_sample"}},

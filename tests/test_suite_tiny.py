@@ -1,6 +1,6 @@
 """Every published adapter runs on the KJV split (tiny profile) through the real suite path,
 each entry's ε is the accountant's ε of its own ledger, within its budget, and every
-release (texts or model) gets next-token accuracy and FID."""
+release (texts or model) gets next-token accuracy, FID and the canary audit."""
 
 import dataclasses
 import math
@@ -16,7 +16,11 @@ from leaderboard.suites import PUBLISHED_METHODS, SUITES, run_suite
 @pytest.fixture(scope="module")
 def entries(tmp_path_factory):
     root = tmp_path_factory.mktemp("suite")
-    metrics = ({"name": "next_token", "settings": {}}, {"name": "fid", "settings": {}})
+    metrics = (
+        {"name": "next_token", "settings": {}},
+        {"name": "fid", "settings": {}},
+        {"name": "canary", "settings": {}},
+    )
     suite = dataclasses.replace(SUITES["tiny"], metrics=metrics)
     return {
         e["method"]["name"]: e
@@ -51,6 +55,11 @@ def test_adapter_runs_on_kjv_and_its_epsilon_is_the_ledgers(entries, method):
     # model releases are scored on texts sampled from the released model
     assert math.isfinite(entry["metrics"]["fid.fid"]["mean"])
     assert entry["contamination"]["verdict"] == "contaminated"  # KJV is a demo corpus
+    # every entry carries the canary audit's ε lower bound, within what its canaries allow
+    audit = entry["audit"]
+    assert audit["canary.canaries"]["mean"] >= 10
+    bound, ceiling = audit["canary.epsilon_lower_bound"], audit["canary.epsilon_ceiling"]
+    assert all(0 <= b <= c + 1e-9 for b, c in zip(bound["values"], ceiling["values"]))
     expected_role = {"public_only": "bound", "nonprivate": "bound", "oracle": "control"}
     assert entry["method"]["role"] == expected_role.get(method, "method")
 
