@@ -59,7 +59,7 @@ def test_adapter_runs_on_kjv_and_its_epsilon_is_the_ledgers(entries, method):
     audit = entry["audit"]
     assert audit["canary.canaries"]["mean"] >= 10
     bound, ceiling = audit["canary.epsilon_lower_bound"], audit["canary.epsilon_ceiling"]
-    assert all(0 <= b <= c + 1e-9 for b, c in zip(bound["values"], ceiling["values"]))
+    assert all(0 <= b <= c + 1e-9 for b, c in zip(bound["values"], ceiling["values"], strict=True))
     expected_role = {"public_only": "bound", "nonprivate": "bound", "oracle": "control"}
     assert entry["method"]["role"] == expected_role.get(method, "method")
 
