@@ -132,3 +132,26 @@ def test_the_runner_inserts_canaries_only_when_the_audit_is_listed(tmp_path):
     assert 0 < inserted < canary_count(1000)  # about half of the 100 canaries
     assert audited["metrics"]["canary.canaries"] == canary_count(1000)
     assert 0 <= audited["metrics"]["canary.epsilon_lower_bound"] <= 2.0
+
+
+def test_on_preference_tuples_the_policy_margin_catches_a_release_that_carries_canaries(
+    tmp_path,
+):
+    """Paper 003's track: canaries are tuples, scored by the aligned policy's implicit
+    margin. A release whose pairs are the included canaries shows them; no pairs, nothing."""
+    from test_preference_track import FAST, make_split
+
+    from benchmark.federation.canaries import canary_pair
+    from benchmark.profiles import get_profile
+
+    plan = plan_canaries(PUBLIC, 1000, seed=13, delta=1e-5, blind=True)
+    alignment = FAST
+    ctx = EvalContext(
+        make_split(), get_profile("tiny"), work_dir=tmp_path,
+        downstream=DownstreamConfig(alignment=alignment), canaries=plan,
+    )  # fmt: skip
+    leaked = [canary_pair(t) for t, i in zip(plan.texts, plan.included, strict=True) if i]
+    caught = evaluate(Artifact("preferences", pairs=leaked), ctx, [{"name": "canary"}])
+    assert caught["metrics"]["canary"]["epsilon_lower_bound"] > 0.5
+    clean = evaluate(Artifact("preferences", pairs=[]), ctx, [{"name": "canary"}])
+    assert clean["metrics"]["canary"]["epsilon_lower_bound"] == 0.0

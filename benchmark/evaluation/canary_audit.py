@@ -17,7 +17,11 @@ Scores ("higher = more likely included"), a function of the release and public d
   minus its loss);
 - a released text set, in addition: the canary's highest cosine similarity to a released
   text (:func:`max_cosine_scores`), which a copied canary maximises. The reported bound is
-  the larger of the two audits, each at β/2 (a union bound keeps 95 % overall).
+  the larger of the two audits, each at β/2 (a union bound keeps 95 % overall);
+- on a preference split (paper 003) the canaries are tuples (:func:`canary_pair`) and the
+  score is the downstream policy's implicit DPO margin on them, PREMIA's score: a policy
+  aligned on pairs that carry a canary, or fine-tuned on it (DP-FT), prefers its chosen
+  half.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ import numpy as np
 from benchmark.artifact import INSTRUMENT, Artifact
 from benchmark.evaluation.base import DOWNSTREAM_KINDS, EvalContext, Metric, MetricNotApplicable
 from benchmark.evaluation.downstream import sequence_losses
+from benchmark.evaluation.preference_audit import implicit_margins
+from benchmark.federation.canaries import PAIR_FIELDS, canary_pair
 from benchmark.privacy.audit import (
     BETA,
     AuditResult,
@@ -37,10 +43,12 @@ from benchmark.privacy.audit import (
     max_cosine_scores,
 )
 
+MARKER_TOKENS = 32  # a canary's chosen half (four words) fits
+
 
 class CanaryAudit(Metric):
     name = "canary"
-    kinds = DOWNSTREAM_KINDS
+    kinds = (*DOWNSTREAM_KINDS, "preferences")
 
     def __init__(self, beta: float = BETA) -> None:
         if not 0 < beta < 1:
@@ -53,8 +61,12 @@ class CanaryAudit(Metric):
         if plan is None:
             raise MetricNotApplicable("this run inserted no canaries")
         texts, included = list(plan.texts), np.array(plan.included)
-        audits = {"loss": self._loss_scores(artifact, ctx, texts)}
-        if artifact.kind != "model":
+        if _preference_tuples(ctx):
+            pairs = [canary_pair(t) for t in texts]
+            audits = {"margin": implicit_margins(ctx, artifact, pairs, MARKER_TOKENS)}
+        else:
+            audits = {"loss": self._loss_scores(artifact, ctx, texts)}
+        if artifact.kind in ("texts", "labelled_texts"):
             released = ctx.embed(ctx.release_texts(artifact, self.name))
             audits["cosine"] = max_cosine_scores(ctx.embed(texts), released)
         level = self.beta / len(audits)
@@ -77,6 +89,12 @@ class CanaryAudit(Metric):
             return -release
         start = ctx.start_model() if ctx.start_model else ctx.profile.ondevice_lm().new_model(0)
         return loss_difference_scores(release, losses(start))
+
+
+def _preference_tuples(ctx: EvalContext) -> bool:
+    """Whether the run's units are preference tuples (the canaries then are tuples too)."""
+    train = ctx.split.records("train")
+    return bool(train) and all(k in train[0] for k in PAIR_FIELDS)
 
 
 def summary(result: AuditResult) -> dict[str, float]:

@@ -108,9 +108,17 @@ def canary_record(template: dict[str, Any], text: str, unit_id: str) -> dict[str
     another canary: an excluded one must appear nowhere in the run)."""
     record = {**template, TEXT: text, CLIENT_ID: unit_id}
     if all(k in template for k in PAIR_FIELDS):
-        words = text.split()
-        prompt, chosen = words[: len(words) // 2], words[len(words) // 2 :]
-        record.update(
-            prompt=" ".join(prompt), chosen=" ".join(chosen), rejected=" ".join(chosen[::-1])
-        )
+        record.update(canary_pair(text))
     return record
+
+
+def canary_pair(text: str) -> dict[str, str]:
+    """A marker as a preference tuple: its first half the prompt, its second half chosen
+    over the same words reversed."""
+    words = text.split()
+    prompt, chosen = words[: len(words) // 2], words[len(words) // 2 :]
+    return {
+        "prompt": " ".join(prompt),
+        "chosen": " ".join(chosen),
+        "rejected": " ".join(chosen[::-1]),
+    }
