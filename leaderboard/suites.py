@@ -17,6 +17,7 @@ from typing import Any
 from benchmark.data import FederatedSplit
 from benchmark.spec import RunSpec, spec_from_dict
 from leaderboard.entries import build_entry, entry_key, version_definition
+from leaderboard.executors import Job, LocalExecutor, RayExecutor, cached_split
 from leaderboard.signing import host_key, sign_entry
 from leaderboard.store import write_entry, write_manifest, write_version
 
@@ -316,6 +317,10 @@ def ensure_split(suite: Suite, splits_root: Path) -> Path:
     return out
 
 
+def _seed(record: dict[str, Any]) -> int:
+    return int(record["spec"]["seed"])
+
+
 def run_suite(
     suite: Suite,
     *,
@@ -326,6 +331,7 @@ def run_suite(
     on_run: Callable[[str], None] | None = None,
     plugin: Path | None = None,
     finished_only: bool = False,
+    executor: LocalExecutor | RayExecutor | None = None,
 ) -> list[dict[str, Any]]:
     """Run every (method, ε, seed) of the suite on the isolated path; write and return one
     entry per (method, ε), signed with the host's key (leaderboard/signing.py).
@@ -333,32 +339,34 @@ def run_suite(
     ``on_run`` is called with a label after each finished run (progress reporting);
     ``plugin`` is a submitted adapter file (loaded only in the method's processes). With
     ``finished_only`` nothing is run: entries are written from the runs already finished
-    (a long grid's rows as they complete, with the seeds they have so far).
+    (a long grid's rows as they complete, with the seeds they have so far). ``executor``
+    runs the grid (default: one run after another here; :mod:`leaderboard.executors`).
     """
-    from benchmark.runner import finished_result, run
-    from datasets_builders.storage import load_split
-
     key = host_key(results_root)  # before hours of runs: a misplaced key fails now
     split_path = ensure_split(suite, splits_root)
-    split: FederatedSplit = load_split(split_path)
+    split: FederatedSplit = cached_split(str(split_path))
     definition = version_definition(
         [split.content_hash], suite.metrics, suite.downstream, instrument(suite.profile)
     )
     lb_version = write_version(results_root, definition)
     write_manifest(results_root, lb_version, split.name, split.manifest)
+    jobs = [
+        Job(f"{method} ε={eps:g} seed={seed}", suite.spec(method, eps, seed, split_path))
+        for method, eps, seed in suite.grid(methods)
+    ]
+    runner = LocalExecutor() if finished_only or executor is None else executor
     grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for method, eps, seed in suite.grid(methods):
-        spec = suite.spec(method, eps, seed, split_path)
-        if finished_only:
-            result = finished_result(spec, runs_root=runs_root, split=split, plugin=plugin)
-            if result is None:
-                continue
-        else:
-            result = run(spec, runs_root=runs_root, split=split, isolated=True, plugin=plugin)
-        grouped[entry_key(result.run_key, seed)].append(result.record)
+    for job, outcome in runner.outcomes(jobs, runs_root, split_path, plugin, finished_only):
+        if outcome is None:
+            continue
+        run_key, record = outcome
+        grouped[entry_key(run_key, job.spec.seed)].append(record)
         if on_run:
-            on_run(f"{method} ε={eps:g} seed={seed}")
-    entries = [sign_entry(build_entry(records, lb_version), key) for records in grouped.values()]
+            on_run(job.label)
+    entries = [
+        sign_entry(build_entry(sorted(records, key=_seed), lb_version), key)
+        for records in grouped.values()
+    ]
     for entry in entries:
         write_entry(results_root, entry)
     return entries

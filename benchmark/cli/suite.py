@@ -46,6 +46,7 @@ def run_with_progress(
     splits: str,
     plugin: Path | None = None,
     finished_only: bool = False,
+    executor: Any = None,
 ) -> list[dict[str, Any]]:
     """Run a suite with a progress bar over its runs; errors become clean CLI messages."""
     from tqdm import tqdm
@@ -71,6 +72,7 @@ def run_with_progress(
                 on_run=advance,
                 plugin=plugin,
                 finished_only=finished_only,
+                executor=executor,
             )
         except (SpecError, RegistryError, PrivacyError, ValueError, MethodError) as exc:
             raise click.ClickException(str(exc)) from exc
@@ -126,6 +128,15 @@ def suite_group() -> None:
     help="Run nothing: write entries from the runs already finished under --runs (e.g. "
     "while other processes work through the grid).",
 )
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local: one run after another here; ray: each run a Ray task (the cluster extra), "
+    "on the cluster at --address or on a local head.",
+)
+@click.option("--address", default=None, help="Ray cluster address (with --executor ray).")
 def suite_run(
     suite_name: str,
     results: str,
@@ -134,12 +145,20 @@ def suite_run(
     splits: str,
     methods: str | None,
     finished_only: bool,
+    executor: str,
+    address: str | None,
 ) -> None:
     """Run SUITE_NAME's grid with a progress bar and write one entry per (method, ε)."""
+    from leaderboard.executors import make_executor
+
     chosen = [m.strip() for m in methods.split(",") if m.strip()] if methods else None
+    try:
+        runner = make_executor(executor, address)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
     began = time.perf_counter()
     entries = run_with_progress(
-        suite_name, chosen, results, runs, splits, finished_only=finished_only
+        suite_name, chosen, results, runs, splits, finished_only=finished_only, executor=runner
     )
     click.echo(
         f"suite {suite_name}: {len(entries)} entries in {results} "

@@ -1,0 +1,123 @@
+"""Where a suite's runs execute: one after another in this process (``local``, the default)
+or as Ray tasks on a cluster or a local head (``ray``, the ``cluster`` extra).
+
+Each run is independent and resumable (its state is its run directory), so an executor only
+calls :func:`run_job` once per (method, ε, seed) and hands back the records. The suite
+builds and signs the entries in the calling process, the only one that reads the host key.
+A run is the same code on either executor, so with ``privacy.noise_seed: spec`` the records
+are identical (tested); with a secret seed each run draws its own noise either way.
+
+Ray specifics: a task per run, with the resources its profile needs (one CPU; on ``paper``
+one GPU as well); the workers must see the same paths as the caller (runs, splits, caches),
+i.e. one host or a shared file system. The pool's client workers stay processes of their
+run's task (``benchmark/isolation``), not Ray actors.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmark.data import FederatedSplit
+from benchmark.spec import RunSpec
+
+EXECUTORS = ("local", "ray")
+# Ray resources of one run, by profile: every run holds one core; a paper run a GPU too.
+RESOURCES = {"paper": {"num_cpus": 1, "num_gpus": 1}}
+DEFAULT_RESOURCES = {"num_cpus": 1}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of a suite's grid."""
+
+    label: str
+    spec: RunSpec
+
+
+Outcome = tuple[str, dict[str, Any]]  # (run key, record)
+
+
+@functools.lru_cache(maxsize=4)
+def cached_split(path: str) -> FederatedSplit:
+    """A split loaded once per process (a suite's runs all read the same one)."""
+    from datasets_builders.storage import load_split
+
+    return load_split(path)
+
+
+def run_job(
+    spec: RunSpec,
+    runs_root: Path,
+    split_path: Path,
+    plugin: Path | None,
+    finished_only: bool = False,
+) -> Outcome | None:
+    """Run (or resume, or with ``finished_only`` only look up) one spec on the isolated path."""
+    from benchmark.runner import finished_result, run
+
+    split = cached_split(str(split_path))
+    if finished_only:
+        result = finished_result(spec, runs_root=runs_root, split=split, plugin=plugin)
+    else:
+        result = run(spec, runs_root=runs_root, split=split, isolated=True, plugin=plugin)
+    return None if result is None else (result.run_key, result.record)
+
+
+class LocalExecutor:
+    """The runs one after another, in this process."""
+
+    def outcomes(
+        self,
+        jobs: Sequence[Job],
+        runs_root: Path,
+        split_path: Path,
+        plugin: Path | None,
+        finished_only: bool = False,
+    ) -> Iterator[tuple[Job, Outcome | None]]:
+        for job in jobs:
+            yield job, run_job(job.spec, runs_root, split_path, plugin, finished_only)
+
+
+class RayExecutor:
+    """The runs as Ray tasks; joins the cluster at ``address`` (None: the one this process
+    already joined, else a new local head on this machine's cores)."""
+
+    def __init__(self, address: str | None = None) -> None:
+        self.address = address
+
+    def outcomes(
+        self,
+        jobs: Sequence[Job],
+        runs_root: Path,
+        split_path: Path,
+        plugin: Path | None,
+        finished_only: bool = False,
+    ) -> Iterator[tuple[Job, Outcome | None]]:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
+        task = ray.remote(run_job)
+        pending = {
+            task.options(**RESOURCES.get(job.spec.profile, DEFAULT_RESOURCES)).remote(
+                job.spec, runs_root, split_path, plugin, finished_only
+            ): job
+            for job in jobs
+        }
+        while pending:
+            [done], _ = ray.wait(list(pending), num_returns=1)
+            yield pending.pop(done), ray.get(done)
+
+
+def make_executor(name: str, address: str | None = None) -> LocalExecutor | RayExecutor:
+    if name == "local":
+        if address:
+            raise ValueError("--address is for the ray executor")
+        return LocalExecutor()
+    if name == "ray":
+        return RayExecutor(address)
+    raise ValueError(f"unknown executor {name!r}; expected one of {EXECUTORS}")
