@@ -101,7 +101,10 @@ class RayExecutor:
 
         if not ray.is_initialized():
             ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
-        task = ray.remote(run_job)
+        # No retries: Ray would re-run a task its memory monitor killed, without end, and a
+        # grid that waits forever hides the failure; a failed run raises here instead, and
+        # running the suite again resumes it from its run directory.
+        task = ray.remote(max_retries=0)(run_job)
         pending = {
             task.options(**RESOURCES.get(job.spec.profile, DEFAULT_RESOURCES)).remote(
                 job.spec, runs_root, split_path, plugin, finished_only
