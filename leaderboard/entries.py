@@ -26,6 +26,8 @@ def audit_exceeds_epsilon(entry: dict[str, Any]) -> bool:
     """True when a seed's canary audit refutes the entry's accounted ε: the release shows
     more than its ledger allows (a bug in a mechanism, or a method that leaks around it)."""
     bounds = entry.get("audit", {}).get("canary.epsilon_lower_bound", {}).get("values", [])
+    if not bounds:
+        return False
     claimed = entry["privacy"]["epsilon"]
     return claimed != "inf" and any(b > float(claimed) + 1e-9 for b in bounds)
 

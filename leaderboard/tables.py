@@ -6,11 +6,12 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from benchmark.evaluation.stats import gap_closed
 from benchmark.spec import PRIVACY_UNITS
+from leaderboard.entries import audit_exceeds_epsilon
 from leaderboard.store import Row
 
 # Metrics where smaller is better; everything else is larger-is-better.
@@ -74,6 +75,8 @@ class Table:
     cells: dict[tuple[str, float], Cell]
     gap: dict[tuple[str, float], float]
     best: dict[float, str]
+    # cells whose canary audit refutes the entry's ε: shown marked, never ranked best
+    flagged: set[tuple[str, float]] = field(default_factory=set)
 
     def to_json(self) -> dict:
         fmt = format_epsilon
@@ -94,6 +97,7 @@ class Table:
                             "seeds": self.cells[m, e].n,
                             "gap_closed": self.gap.get((m, e)),
                             "best": self.best.get(e) == m,
+                            "audit_exceeds_epsilon": (m, e) in self.flagged,
                         }
                         for e in self.epsilons
                         if (m, e) in self.cells
@@ -171,17 +175,21 @@ def build_table(rows: Sequence[Row], split: str, metric: str = DEFAULT_METRIC) -
         for r in rows
         if (scale := anchors.get(r.store, anchors.get("")))
     }
+    flagged = {(r.method, r.epsilon_budget) for r in rows if audit_exceeds_epsilon(r.entry)}
     sign = -1 if metric in LOWER_IS_BETTER else 1
     best = {}
     for eps in epsilons:
         contenders = [
             (sign * cells[m, eps].mean, m)
             for m in methods
-            if (m, eps) in cells and roles[m] == "method" and m not in unranked
+            if (m, eps) in cells
+            and roles[m] == "method"
+            and m not in unranked
+            and (m, eps) not in flagged
         ]
         if contenders:
             best[eps] = max(contenders)[1]
-    return Table(split, metric, epsilons, methods, roles, cells, gap, best)
+    return Table(split, metric, epsilons, methods, roles, cells, gap, best, flagged)
 
 
 def format_cell(cell: Cell, digits: int = 4) -> str:
@@ -212,6 +220,8 @@ def render_text(table: Table, bold: tuple[str, str] = ("\033[1m", "\033[0m")) ->
             text = f"{format_cell(cell)} (n={cell.n})"
             if (method, eps) in table.gap and table.roles[method] != "bound":
                 text += f" gap {format_share(table.gap[method, eps])}"
+            if (method, eps) in table.flagged:
+                text += " [audit ε above the ledger's]"
             if table.best.get(eps) == method:
                 text = f"{bold[0]}{text}{bold[1]}"
             cells.append(text)

@@ -373,6 +373,9 @@ def test_an_entry_whose_canary_audit_refutes_its_epsilon_is_flagged(tmp_path):
     assert "flagged" in _audit_table("toy", [row]) and "above the ledger" in _audit_table(
         "toy", [row]
     )
+    table = build_table([row], "toy", METRIC)
+    assert table.flagged == {(row.method, 1.0)} and table.best == {}  # shown, never ranked
+    assert "[audit ε above the ledger's]" in render_text(table, ("", ""))
     records[1]["metrics"]["canary.epsilon_lower_bound"] = 0.9
     honest = build_entry(records, "lb-0123456789")
     assert not audit_exceeds_epsilon(honest)
