@@ -115,9 +115,8 @@ class Method(ABC):
         """Each param in ``keys`` is a finite number > 0."""
         for key in keys:
             value = self.config[key]
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise SpecError(f"method.params.{key}: expected a number > 0, got {value!r}")
-            if not (math.isfinite(value) and value > 0):
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not (number and math.isfinite(value) and value > 0):
                 raise SpecError(f"method.params.{key}: expected a number > 0, got {value!r}")
 
     @abstractmethod

@@ -2,7 +2,8 @@
 or as Ray tasks on a cluster or a local head (``ray``, the ``cluster`` extra).
 
 Each run is independent and resumable (its state is its run directory), so an executor only
-calls :func:`run_job` once per (method, ε, seed) and hands back the records. The suite
+calls the suite's work function (:func:`run_job` with the suite's paths bound) once per
+(method, ε, seed) and hands back the records. The suite
 builds and signs the entries in the calling process, the only one that reads the host key.
 A run is the same code on either executor, so with ``privacy.noise_seed: spec`` the records
 are identical (tested); with a secret seed each run draws its own noise either way.
@@ -16,10 +17,10 @@ run's task (``benchmark/isolation``), not Ray actors.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from benchmark.data import FederatedSplit
 from benchmark.spec import RunSpec
@@ -67,19 +68,20 @@ def run_job(
     return None if result is None else (result.run_key, result.record)
 
 
+Work = Callable[[RunSpec], Outcome | None]  # one run, the suite's paths bound
+
+
+class Executor(Protocol):
+    def outcomes(self, jobs: Sequence[Job], work: Work) -> Iterator[tuple[Job, Outcome | None]]:
+        """``work(job.spec)`` for every job, paired with its job, in any order."""
+
+
 class LocalExecutor:
     """The runs one after another, in this process."""
 
-    def outcomes(
-        self,
-        jobs: Sequence[Job],
-        runs_root: Path,
-        split_path: Path,
-        plugin: Path | None,
-        finished_only: bool = False,
-    ) -> Iterator[tuple[Job, Outcome | None]]:
+    def outcomes(self, jobs: Sequence[Job], work: Work) -> Iterator[tuple[Job, Outcome | None]]:
         for job in jobs:
-            yield job, run_job(job.spec, runs_root, split_path, plugin, finished_only)
+            yield job, work(job.spec)
 
 
 class RayExecutor:
@@ -89,14 +91,7 @@ class RayExecutor:
     def __init__(self, address: str | None = None) -> None:
         self.address = address
 
-    def outcomes(
-        self,
-        jobs: Sequence[Job],
-        runs_root: Path,
-        split_path: Path,
-        plugin: Path | None,
-        finished_only: bool = False,
-    ) -> Iterator[tuple[Job, Outcome | None]]:
+    def outcomes(self, jobs: Sequence[Job], work: Work) -> Iterator[tuple[Job, Outcome | None]]:
         import ray
 
         if not ray.is_initialized():
@@ -104,10 +99,10 @@ class RayExecutor:
         # No retries: Ray would re-run a task its memory monitor killed, without end, and a
         # grid that waits forever hides the failure; a failed run raises here instead, and
         # running the suite again resumes it from its run directory.
-        task = ray.remote(max_retries=0)(run_job)
+        task = ray.remote(max_retries=0)(_apply)  # Ray wraps functions, not partials
         pending = {
             task.options(**RESOURCES.get(job.spec.profile, DEFAULT_RESOURCES)).remote(
-                job.spec, runs_root, split_path, plugin, finished_only
+                work, job.spec
             ): job
             for job in jobs
         }
@@ -116,7 +111,11 @@ class RayExecutor:
             yield pending.pop(done), ray.get(done)
 
 
-def make_executor(name: str, address: str | None = None) -> LocalExecutor | RayExecutor:
+def _apply(work: Work, spec: RunSpec) -> Outcome | None:
+    return work(spec)
+
+
+def make_executor(name: str, address: str | None = None) -> Executor:
     if name == "local":
         if address:
             raise ValueError("--address is for the ray executor")

@@ -7,6 +7,7 @@ submitted with ``fedsynth submit`` is run through a suite exactly like the built
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -17,7 +18,7 @@ from typing import Any
 from benchmark.data import FederatedSplit
 from benchmark.spec import RunSpec, spec_from_dict
 from leaderboard.entries import build_entry, entry_key, version_definition
-from leaderboard.executors import Job, LocalExecutor, RayExecutor, cached_split
+from leaderboard.executors import Executor, Job, LocalExecutor, cached_split, run_job
 from leaderboard.signing import host_key, sign_entry
 from leaderboard.store import write_entry, write_manifest, write_version
 
@@ -331,7 +332,7 @@ def run_suite(
     on_run: Callable[[str], None] | None = None,
     plugin: Path | None = None,
     finished_only: bool = False,
-    executor: LocalExecutor | RayExecutor | None = None,
+    executor: Executor | None = None,
 ) -> list[dict[str, Any]]:
     """Run every (method, ε, seed) of the suite on the isolated path; write and return one
     entry per (method, ε), signed with the host's key (leaderboard/signing.py).
@@ -355,8 +356,12 @@ def run_suite(
         for method, eps, seed in suite.grid(methods)
     ]
     runner = LocalExecutor() if finished_only or executor is None else executor
+    work = functools.partial(
+        run_job, runs_root=runs_root, split_path=split_path, plugin=plugin,
+        finished_only=finished_only,
+    )  # fmt: skip
     grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for job, outcome in runner.outcomes(jobs, runs_root, split_path, plugin, finished_only):
+    for job, outcome in runner.outcomes(jobs, work):
         if outcome is None:
             continue
         run_key, record = outcome

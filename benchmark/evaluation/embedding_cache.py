@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 
 from benchmark.profiles.base import Embedder
+from benchmark.profiles.cache import save_array
 
 
 def text_set_key(embedder_name: str, texts: list[str]) -> str:
@@ -49,10 +49,6 @@ class EmbeddingCache:
                     f"expected {(len(texts), self.embedder.dim)}"
                 )
             if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                # per process: two suite workers may embed the same texts at once
-                tmp = path.with_suffix(f".tmp-{os.getpid()}.npy")
-                np.save(tmp, vectors)
-                tmp.replace(path)
+                save_array(path, vectors)  # two suite workers may embed the same texts
         self._memory[key] = vectors
         return vectors

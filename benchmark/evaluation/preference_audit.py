@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from typing import Any
 
 import numpy as np
@@ -32,7 +31,7 @@ from benchmark.evaluation.base import EvalContext, Metric, MetricNotApplicable
 from benchmark.evaluation.mia import attack_auc
 from benchmark.evaluation.sampling import shuffled_subset
 from benchmark.preference_training import encode_pairs, reference_margins
-from benchmark.profiles.cache import cache_dir
+from benchmark.profiles.cache import cache_dir, save_array
 from benchmark.profiles.hf_generator import context_length
 from benchmark.profiles.packaged import distribution_version
 
@@ -92,10 +91,7 @@ def generator_margins(
     chosen, rejected = encode_pairs(tokenizer, records, max_completion, context_length(model))
     model.eval()
     margins = reference_margins(model, chosen, rejected, BATCH).double().numpy()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp-{os.getpid()}.npy")
-    np.save(tmp, margins)
-    tmp.replace(path)
+    save_array(path, margins)
     return margins
 
 

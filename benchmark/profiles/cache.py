@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
+
 
 def cache_dir() -> Path:
     """``$FEDSYNTH_CACHE`` if set, else ``$XDG_CACHE_HOME/fedsynth`` (``~/.cache/fedsynth``).
@@ -20,3 +22,12 @@ def cache_dir() -> Path:
         path = Path(base).expanduser() / "fedsynth"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def save_array(path: Path, array: np.ndarray) -> None:
+    """Write ``array`` to ``path`` (``.npy``) atomically: a temp name of this process, then
+    a rename, so a concurrent reader sees the old file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp-{os.getpid()}.npy")
+    np.save(tmp, array)
+    tmp.replace(path)
