@@ -317,9 +317,9 @@ def run(
         resolved, method_cls = resolve(spec, split)
         role = method_cls.role
     run_dir = path_under(runs_root, resolved.run_key, where="run key")
-    if (run_dir / RESULT).exists():  # finished before: the record is the result
-        record = json.loads((run_dir / RESULT).read_text())
-        return RunResult(resolved.run_key, run_dir, record, Artifact.load(run_dir / ARTIFACT))
+    finished = _finished(run_dir, resolved.run_key)
+    if finished is not None:  # finished before: the record is the result
+        return finished
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "spec.json").write_text(json.dumps(resolved.to_dict(), indent=1))
     if profile is None:
@@ -371,19 +371,29 @@ def run(
             launch.close()
 
 
+def run_key_of(spec: RunSpec, split: FederatedSplit, plugin: Path | None = None) -> str:
+    """The run key ``spec`` resolves to (the method is only described, in a sandboxed
+    process: its defaults are part of the key)."""
+    from benchmark.isolation.coordinator import IsolatedLaunch
+
+    resolved, _ = IsolatedLaunch(spec, split, None, plugin).resolve()
+    return resolved.run_key
+
+
 def finished_result(
     spec: RunSpec, *, runs_root: Path, split: FederatedSplit, plugin: Path | None = None
 ) -> RunResult | None:
     """The result of ``spec`` if a run under ``runs_root`` finished it; runs nothing (the
     method is only described, in a sandboxed process, for its run key)."""
-    from benchmark.isolation.coordinator import IsolatedLaunch
+    run_key = run_key_of(spec, split, plugin)
+    return _finished(path_under(runs_root, run_key, where="run key"), run_key)
 
-    resolved, _ = IsolatedLaunch(spec, split, None, plugin).resolve()
-    run_dir = path_under(runs_root, resolved.run_key, where="run key")
+
+def _finished(run_dir: Path, run_key: str) -> RunResult | None:
     if not (run_dir / RESULT).exists():
         return None
     record = json.loads((run_dir / RESULT).read_text())
-    return RunResult(resolved.run_key, run_dir, record, Artifact.load(run_dir / ARTIFACT))
+    return RunResult(run_key, run_dir, record, Artifact.load(run_dir / ARTIFACT))
 
 
 def _drive(

@@ -104,9 +104,11 @@ def _group_epsilons(run_records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def build_entry(run_records: Sequence[dict[str, Any]], lb_version: str) -> dict[str, Any]:
-    """Aggregate the run records of one configuration (one per seed) into an entry."""
+    """Aggregate the run records of one configuration (one per seed, in seed order, so the
+    same records always make the same entry) into an entry."""
     if not run_records:
         raise EntryError("an entry needs at least one run record")
+    run_records = sorted(run_records, key=lambda r: int(r["spec"]["seed"]))
     first = run_records[0]
     keys = {entry_key(r["run_key"], r["spec"]["seed"]) for r in run_records}
     if len(keys) != 1:

@@ -17,7 +17,7 @@ run's task (``benchmark/isolation``), not Ray actors.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,11 +56,18 @@ def run_job(
     split_path: Path,
     plugin: Path | None,
     finished_only: bool = False,
+    stored: Mapping[str, dict[str, Any]] | None = None,
 ) -> Outcome | None:
-    """Run (or resume, or with ``finished_only`` only look up) one spec on the isolated path."""
-    from benchmark.runner import finished_result, run
+    """Run (or resume, or with ``finished_only`` only look up) one spec on the isolated path.
+    A run whose record the results store already keeps (``stored``, by run key) is not
+    repeated: its record is the outcome."""
+    from benchmark.runner import finished_result, run, run_key_of
 
     split = cached_split(str(split_path))
+    if stored:
+        run_key = run_key_of(spec, split, plugin)
+        if run_key in stored:
+            return run_key, stored[run_key]
     if finished_only:
         result = finished_result(spec, runs_root=runs_root, split=split, plugin=plugin)
     else:

@@ -132,6 +132,17 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
     return public_key
 
 
+def keyring(store: Path) -> tuple[dict[str, Ed25519PublicKey], list[tuple[Path, str]]]:
+    """The store's public keys by id, and (path, problem) for each keyring file refused."""
+    keys, problems = {}, []
+    for path in key_files(store):
+        try:
+            keys[path.stem] = load_public_key(path)
+        except EntryError as exc:
+            problems.append((path, str(exc)))
+    return keys, problems
+
+
 def _signed_bytes(entry: dict[str, Any]) -> bytes:
     body = {k: v for k, v in entry.items() if k != "signature"}
     return _CONTEXT + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()

@@ -60,10 +60,41 @@ def read_entry(path: Path) -> dict[str, Any]:
 
 
 MANIFESTS_DIR = "_manifests"
+RECORDS_DIR = "_records"
 
 
 def entry_files(root: Path) -> list[Path]:
     return sorted(p for p in root.glob("lb-*/*/*.json") if p.parent.name != MANIFESTS_DIR)
+
+
+def record_path(root: Path, lb_version: str, split_name: str, run_key: str) -> Path:
+    """``<version>/<split>/_records/<run key>.json``: one run's record, beside its entry."""
+    version = path_under(root, lb_version, where="leaderboard_version")
+    records = path_under(version, split_name, where="split.name") / RECORDS_DIR
+    return path_under(records, f"{run_key}.json", where="run key")
+
+
+def write_record(root: Path, lb_version: str, split_name: str, record: dict[str, Any]) -> Path:
+    """Keep one run's (signed) record in the store, so that a grid's entries can be rebuilt
+    from it on another machine, after the run directory that produced it is gone."""
+    path = record_path(root, lb_version, split_name, record["run_key"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def record_files(root: Path, lb_version: str = "lb-*", split_name: str = "*") -> list[Path]:
+    """The kept run records (every version's and split's by default)."""
+    return sorted(root.glob(f"{lb_version}/{split_name}/{RECORDS_DIR}/*.json"))
+
+
+def stored_records(root: Path, lb_version: str, split_name: str) -> list[dict[str, Any]]:
+    """The run records kept for ``split_name`` under ``lb_version`` (unchecked: the caller
+    checks their signatures)."""
+    record_path(root, lb_version, split_name, "x")  # refuses names that leave the store
+    return [json.loads(p.read_text()) for p in record_files(root, lb_version, split_name)]
 
 
 def write_manifest(root: Path, lb_version: str, name: str, manifest: dict[str, Any]) -> Path:

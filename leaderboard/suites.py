@@ -19,8 +19,14 @@ from benchmark.data import FederatedSplit
 from benchmark.spec import RunSpec, spec_from_dict
 from leaderboard.entries import build_entry, entry_key, version_definition
 from leaderboard.executors import Executor, Job, LocalExecutor, cached_split, run_job
-from leaderboard.signing import host_key, sign_entry
-from leaderboard.store import write_entry, write_manifest, write_version
+from leaderboard.signing import check_signature, host_key, keyring, sign_entry
+from leaderboard.store import (
+    stored_records,
+    write_entry,
+    write_manifest,
+    write_record,
+    write_version,
+)
 
 PUBLISHED_METHODS = (
     "public_only",
@@ -318,8 +324,16 @@ def ensure_split(suite: Suite, splits_root: Path) -> Path:
     return out
 
 
-def _seed(record: dict[str, Any]) -> int:
-    return int(record["spec"]["seed"])
+def signed_records(results_root: Path, lb_version: str, split_name: str) -> dict[str, Any]:
+    """The run records the store keeps for this version and split, by run key, each checked
+    against the store's keyring (a record edited in the store stops the suite) and returned
+    without its signature, as the run wrote it."""
+    keys, _ = keyring(results_root)
+    records = {}
+    for signed in stored_records(results_root, lb_version, split_name):
+        check_signature(signed, keys)
+        records[signed["run_key"]] = {k: v for k, v in signed.items() if k != "signature"}
+    return records
 
 
 def run_suite(
@@ -355,23 +369,23 @@ def run_suite(
         Job(f"{method} ε={eps:g} seed={seed}", suite.spec(method, eps, seed, split_path))
         for method, eps, seed in suite.grid(methods)
     ]
+    stored = signed_records(results_root, lb_version, split.name)
     runner = LocalExecutor() if finished_only or executor is None else executor
     work = functools.partial(
         run_job, runs_root=runs_root, split_path=split_path, plugin=plugin,
-        finished_only=finished_only,
+        finished_only=finished_only, stored=stored,
     )  # fmt: skip
     grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for job, outcome in runner.outcomes(jobs, work):
         if outcome is None:
             continue
         run_key, record = outcome
+        if run_key not in stored:
+            write_record(results_root, lb_version, split.name, sign_entry(record, key))
         grouped[entry_key(run_key, job.spec.seed)].append(record)
         if on_run:
             on_run(job.label)
-    entries = [
-        sign_entry(build_entry(sorted(records, key=_seed), lb_version), key)
-        for records in grouped.values()
-    ]
+    entries = [sign_entry(build_entry(records, lb_version), key) for records in grouped.values()]
     for entry in entries:
         write_entry(results_root, entry)
     return entries

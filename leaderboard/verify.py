@@ -14,10 +14,17 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from benchmark.privacy.accountants import epsilon_from_ledger, group_epsilons
 from benchmark.privacy.ledger import UNCHARGED, PrivacyLedger
-from leaderboard.entries import version_of
+from leaderboard.entries import build_entry, version_of
 from leaderboard.schema import EntryError
-from leaderboard.signing import check_signature, key_files, load_public_key, sign_entry
-from leaderboard.store import VERSION_FILE, entry_files, entry_path, read_entry, write_entry
+from leaderboard.signing import check_signature, keyring, sign_entry
+from leaderboard.store import (
+    VERSION_FILE,
+    entry_files,
+    entry_path,
+    read_entry,
+    record_files,
+    write_entry,
+)
 
 EPSILON_TOLERANCE = 1e-6
 
@@ -103,8 +110,8 @@ def verify_tree(
     allow_unsigned: bool = False,
     trusted: Collection[str] | None = None,
 ) -> list[tuple[Path, str]]:
-    """(path, problem) for every entry, version definition or keyring file under ``root``
-    that fails; empty when all pass. Entries must be signed by a key of the store's keyring
+    """(path, problem) for every entry, kept run record, version definition or keyring file
+    under ``root`` that fails; empty when all pass. Entries must be signed by a key of the store's keyring
     (only those in ``trusted`` when given) unless ``allow_unsigned``."""
     problems = []
     for path in root.glob(f"lb-*/{VERSION_FILE}"):
@@ -112,22 +119,37 @@ def verify_tree(
         name = version_of(definition)
         if name != path.parent.name:
             problems.append((path, f"the version definition hashes to {name}"))
-    keys = {}
-    for path in key_files(root):
-        try:
-            keys[path.stem] = load_public_key(path)
-        except EntryError as exc:
-            problems.append((path, str(exc)))
+    keys, refused = keyring(root)
+    problems += refused
     if trusted is not None:
         keys = {kid: key for kid, key in keys.items() if kid in trusted}
+    records = {}
+    for path in record_files(root):
+        try:
+            record = json.loads(path.read_text())
+            check_signature(record, keys)
+            records[record["run_key"]] = {k: v for k, v in record.items() if k != "signature"}
+        except (EntryError, ValueError, KeyError) as exc:
+            problems.append((path, f"run record: {exc}"))
     for path in entry_files(root):
         try:
             entry = _check_stored(root, path, split_hashes)
             if not (allow_unsigned and "signature" not in entry):
                 check_signature(entry, keys)
+            _check_aggregate(entry, records)
         except EntryError as exc:
             problems.append((path, str(exc)))
     return problems
+
+
+def _check_aggregate(entry: dict[str, Any], records: dict[str, dict[str, Any]]) -> None:
+    """An entry whose runs' records the store keeps must be exactly their aggregate (entries
+    from before the store kept records have none to compare)."""
+    if not all(run in records for run in entry["runs"]):
+        return
+    rebuilt = build_entry([records[run] for run in entry["runs"]], entry["leaderboard_version"])
+    if rebuilt["integrity"] != entry["integrity"]:
+        raise EntryError("not the aggregate of its stored run records")
 
 
 def sign_unsigned(

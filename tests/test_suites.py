@@ -7,6 +7,7 @@ import pytest
 
 import methods  # noqa: F401  (registers the built-in adapters)
 from benchmark.registry import METHODS
+from leaderboard.schema import EntryError
 from leaderboard.suites import SUITES
 
 
@@ -47,3 +48,44 @@ def test_finished_only_writes_entries_from_finished_runs_and_runs_nothing(tmp_pa
     )
     assert [e["method"]["name"] for e in entries] == ["public_only"]
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == runs_before
+
+
+def test_the_store_keeps_each_runs_record_and_a_grid_resumes_from_it(tmp_path):
+    """A grid's run directories may be lost with the machine (a long grid over sessions):
+    the signed records kept in the results store rebuild the same entry, and only the
+    runs the store lacks are run."""
+    import dataclasses
+    import json
+    import shutil
+
+    from leaderboard.store import record_files
+    from leaderboard.suites import run_suite
+    from leaderboard.verify import verify_tree
+
+    suite = dataclasses.replace(SUITES["tiny"], metrics=(), seeds=(0, 1))
+    results = tmp_path / "results"
+    roots = {"results_root": results, "splits_root": tmp_path / "splits"}
+    (first,) = run_suite(suite, methods=["public_only"], runs_root=tmp_path / "r1", **roots)
+    assert len(record_files(results)) == 2
+    shutil.rmtree(tmp_path / "r1")
+
+    (rebuilt,) = run_suite(
+        suite, methods=["public_only"], runs_root=tmp_path / "r2", finished_only=True, **roots
+    )
+    assert rebuilt == first
+    assert not (tmp_path / "r2").exists()
+
+    wider = dataclasses.replace(suite, seeds=(0, 1, 2))
+    (grown,) = run_suite(wider, methods=["public_only"], runs_root=tmp_path / "r3", **roots)
+    assert grown["spec"]["seeds"] == [0, 1, 2]
+    assert [p.name for p in (tmp_path / "r3").iterdir()] == [grown["runs"][2]]
+    assert verify_tree(results) == []
+
+    record = record_files(results)[0]
+    edited = json.loads(record.read_text())
+    edited["wall_seconds"] += 1.0
+    record.write_text(json.dumps(edited))
+    problems = dict(verify_tree(results))
+    assert "run record" in problems[record]
+    with pytest.raises(EntryError, match="does not verify"):
+        run_suite(suite, methods=["public_only"], runs_root=tmp_path / "r4", **roots)
