@@ -188,13 +188,15 @@ PREFERENCE_JUDGE = {"type": "pmi", "null_prompt": "\n\nHuman: "}
 
 def preference_metrics(prompts: int, audit: int, tokens: int) -> tuple[dict[str, Any], ...]:
     """Win rate on ``prompts`` test prompts (answers of ``tokens`` tokens), reward accuracy
-    and PREMIA on ``audit`` tuples (responses cut to ``tokens``, as in the alignment)."""
+    and PREMIA on ``audit`` tuples (responses cut to ``tokens``, as in the alignment), and
+    the canary audit (canary tuples scored by the policy's margin)."""
     audited = {"n": audit, "max_completion_tokens": tokens}
     judged = {"n_prompts": prompts, "max_new_tokens": tokens, "judge": PREFERENCE_JUDGE}
     return (
         {"name": "win_rate", "settings": judged},
         {"name": "reward_accuracy", "settings": audited},
         {"name": "premia", "settings": audited},
+        CANARY_AUDIT,
     )
 
 

@@ -111,8 +111,8 @@ def verify_tree(
     trusted: Collection[str] | None = None,
 ) -> list[tuple[Path, str]]:
     """(path, problem) for every entry, kept run record, version definition or keyring file
-    under ``root`` that fails; empty when all pass. Entries must be signed by a key of the store's keyring
-    (only those in ``trusted`` when given) unless ``allow_unsigned``."""
+    under ``root`` that fails; empty when all pass. Entries must be signed by a key of the
+    store's keyring (only those in ``trusted`` when given) unless ``allow_unsigned``."""
     problems = []
     for path in root.glob(f"lb-*/{VERSION_FILE}"):
         definition = {k: v for k, v in json.loads(path.read_text()).items() if k != "started"}

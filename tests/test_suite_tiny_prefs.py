@@ -1,7 +1,7 @@
 """The preference track end to end (paper 003): base_model, dpprefsyn and dp_ft on the
 offline chitchat preference pairs (tiny profile) through the real suite path; each entry's
-ε is its ledger's, and every release is aligned and scored by win rate, reward accuracy
-and PREMIA."""
+ε is its ledger's, and every release is aligned and scored by win rate, reward accuracy,
+PREMIA and the canary audit."""
 
 import math
 
@@ -40,6 +40,8 @@ def test_preference_methods_run_and_their_epsilon_is_the_ledgers(entries, method
     assert 0 <= metrics["reward_accuracy.accuracy"]["mean"] <= 1
     premia = entry["audit"]["premia.auc"]  # an audit, beside the other entries' MIA AUC
     assert 0 <= premia["mean"] <= 1 and "premia.auc" not in metrics
+    canary = entry["audit"]["canary.epsilon_lower_bound"]["mean"]
+    assert 0 <= canary <= entry["audit"]["canary.epsilon_ceiling"]["mean"]
     if method == "base_model":
         assert ledger == [] and entry["method"]["role"] == "bound"
         assert premia["mean"] == 0.5  # the untouched policy: no margin at all
