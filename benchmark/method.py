@@ -123,6 +123,13 @@ class Method(ABC):
     def num_rounds(self) -> int:
         """Number of server rounds (0 for methods without federated rounds)."""
 
+    def cache_requests(self, ctx: MethodContext) -> list[dict[str, Any]]:
+        """Public-only generation this run will read from a cache, as data (e.g.
+        :func:`benchmark.profiles.candidate_corpus.candidate_request`). The harness builds
+        each one with its own models before setup, since a sandboxed method process may
+        read the caches but never write what another run reads."""
+        return []
+
     def setup(self, ctx: MethodContext) -> Any:
         """Initial state (picklable); runs before round 0."""
         return {}

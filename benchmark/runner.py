@@ -36,6 +36,7 @@ from benchmark.federation.quarantine import Diagnostics
 from benchmark.method import Method, MethodContext
 from benchmark.privacy.errors import BudgetExceededError
 from benchmark.privacy.ledger import PrivacyLedger
+from benchmark.profiles.candidate_corpus import build_requested
 from benchmark.progress import progress
 from benchmark.records import build_record, write_record
 from benchmark.registry import METHODS, path_under
@@ -266,6 +267,9 @@ class InProcessMethod:
     def num_rounds(self) -> int:
         return self.method.num_rounds()
 
+    def cache_requests(self) -> list[dict[str, Any]]:
+        return self.method.cache_requests(self.ctx)
+
     def setup(self) -> Any:
         seed_torch(self.seed, -1)
         self.state = self.method.setup(self.ctx)
@@ -410,6 +414,7 @@ def _drive(
 ) -> RunResult:
     """Rounds, checkpoints, the release, the budget check, evaluation and the record."""
     ledger = pool.ledger
+    build_requested(method.cache_requests(), lambda: ctx.profile.generator())
     checkpoint_path = run_dir / CHECKPOINT
     if checkpoint_path.exists():
         saved = resume_checkpoint(checkpoint_path, resolved.run_key)

@@ -81,7 +81,7 @@ import numpy as np
 from benchmark.artifact import Artifact
 from benchmark.method import Method, MethodContext
 from benchmark.profiles.base import SamplingParams
-from benchmark.profiles.candidate_corpus import candidates
+from benchmark.profiles.candidate_corpus import candidate_request, candidates
 from benchmark.spec import SpecError
 from methods.preference_features import (
     Centred,
@@ -319,19 +319,35 @@ class DPPrefSyn(Method):
 
     # -- synthesis ------------------------------------------------------------------------
 
+    def cache_requests(self, ctx: MethodContext) -> list[dict[str, Any]]:
+        """The candidates of ``finish``: they depend on the public prompts, the generator
+        and the seed only, so the harness builds them once for every ε."""
+        prompts, params, _ = self._candidate_settings(ctx)
+        return [candidate_request(prompts, self.config["candidates"], params, STOP)]
+
+    def _candidate_settings(
+        self, ctx: MethodContext
+    ) -> tuple[list[str], SamplingParams, np.random.Generator]:
+        """Line 13's m public prompts (a seeded subset, in split order), the sampling
+        settings, and the round's generator after the subset was drawn (finish goes on
+        drawing the clusters from it)."""
+        prompts = [str(r["prompt"]) for r in ctx.public if r.get("prompt")]
+        rng = ctx.rng(3)
+        order = rng.permutation(len(prompts))[: self.config["public_prompts"]]
+        params = SamplingParams(
+            max_new_tokens=self.config["max_new_tokens"],
+            temperature=self.config["temperature"],
+            seed=ctx.seed,
+        )
+        return [prompts[i] for i in np.sort(order)], params, rng
+
     def finish(self, ctx: MethodContext, state: dict[str, Any]) -> Artifact:
         """Lines 13–19: candidates on public prompts, ranked by a sampled cluster's reward."""
         c = self.config
         rewards = state["rewards"]
         if not rewards:  # every cluster fell below n_min: no reward to rank by
             return Artifact(kind=self.artifact_kind, pairs=[])
-        prompts = [str(r["prompt"]) for r in ctx.public if r.get("prompt")]
-        rng = ctx.rng(3)
-        order = rng.permutation(len(prompts))[: c["public_prompts"]]
-        prompts = [prompts[i] for i in np.sort(order)]
-        params = SamplingParams(
-            max_new_tokens=c["max_new_tokens"], temperature=c["temperature"], seed=ctx.seed
-        )
+        prompts, params, rng = self._candidate_settings(ctx)
         responses = candidates(ctx.profile.generator(), prompts, c["candidates"], params, STOP)
         kept = sorted(rewards)
         weights = np.maximum(np.array([state["sizes"][k] for k in kept]), 0.0)

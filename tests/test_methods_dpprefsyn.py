@@ -161,3 +161,52 @@ def test_candidates_are_cut_at_the_stop_string_and_cached_by_their_inputs(tmp_pa
     assert generator.calls == 2
     candidates(generator, ["a", "b"], 3, SamplingParams(max_new_tokens=4, seed=1), ["Human:"])
     assert generator.calls == 3  # another seed is another key
+
+
+class RefusingGenerator(CountingGenerator):
+    def generate(self, prompts, params, chat=True):
+        raise AssertionError("finish must read the candidates the harness built")
+
+
+def test_the_harness_builds_the_candidates_that_finish_reads(tmp_path, monkeypatch):
+    """A sandboxed method process may not write the candidate cache, so the harness builds
+    the candidates dpprefsyn asks for (as data) before setup, and finish only reads them."""
+    from benchmark.profiles.candidate_corpus import build_requested
+
+    monkeypatch.setenv("FEDSYNTH_CACHE", str(tmp_path / "cache"))
+    ctx = make_context(
+        tmp_path, epsilon=4.0, split=make_preference_split(), unit="sample", delta=1e-4,
+        accountant="prv",
+    )  # fmt: skip
+    method = DPPrefSyn(DPPrefSyn.resolve_config("tiny", {"gap": 0.0}))
+    generator = CountingGenerator()
+    build_requested(method.cache_requests(ctx), lambda: generator)
+    assert generator.calls == 1
+    monkeypatch.setattr(ctx.profile, "generator", RefusingGenerator)
+    artifact = finish(method, ctx, run_rounds(method, ctx))
+    assert artifact.pairs and all(p["chosen"].startswith("reply ") for p in artifact.pairs)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"kind": "texts"}, "unknown kind"),
+        ({"prompts": ["a", 3]}, "lists of strings"),
+        ({"prompts": "abc"}, "lists of strings"),
+        ({"count": 0}, "count"),
+        ({"count": True}, "count"),
+        ({"params": [10**6, 0.9, 1.0, 0]}, "max_new_tokens"),
+        ({"params": [8, float("nan"), 1.0, 0]}, "temperature"),
+        ({"extra": 1}, "fields"),
+    ],
+)
+def test_a_malformed_cache_request_is_refused_before_any_generation(change, message):
+    from benchmark.profiles.base import SamplingParams
+    from benchmark.profiles.candidate_corpus import build_requested, candidate_request
+
+    request = candidate_request(["a"], 2, SamplingParams(max_new_tokens=4), ["Human:"])
+    generator = CountingGenerator()
+    with pytest.raises(ValueError, match=message):
+        build_requested([candidate_request(["b"], 2, SamplingParams(), []), request | change],
+                        lambda: generator)  # fmt: skip
+    assert generator.calls == 0

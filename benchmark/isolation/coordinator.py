@@ -236,6 +236,10 @@ class RemoteMethod:
     def num_rounds(self) -> int:
         return self._rounds
 
+    def cache_requests(self) -> Any:
+        """As the method sent them: the trusted side checks them before building any."""
+        return self._process.request({"op": "caches"})[0]["requests"]
+
     def setup(self) -> Any:
         return _as_tensor(self._process.request({"op": "setup"})[1][0])
 

@@ -279,7 +279,9 @@ def _serve(init: dict[str, Any], blobs: list[bytes], stream: Any) -> None:
         except wire.ChannelClosed:
             return
         op = command["op"]
-        if op == "resume":
+        if op == "caches":
+            wire.send(stream, {"done": True, "requests": method.cache_requests(ctx)})
+        elif op == "resume":
             state = load_state_blob(state_blobs[0])
             wire.send(stream, {"done": True})
         elif op == "setup":

@@ -20,12 +20,15 @@ import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from benchmark.profiles.base import Generator, SamplingParams
 from benchmark.profiles.cache import cache_dir
 
 FORMAT = "candidates/1"
+MAX_PROMPTS = 200_000  # a request's prompts (paper 003 uses 52,000)
 
 
 def candidate_key(
@@ -68,6 +71,59 @@ def candidates(
     with contextlib.suppress(OSError):  # a sandboxed method process may not write
         _write(path, key, grouped)
     return grouped
+
+
+def candidate_request(
+    prompts: list[str], count: int, params: SamplingParams, stop: list[str]
+) -> dict[str, Any]:
+    """What a method asks the harness to cache (:meth:`benchmark.method.Method.cache_requests`):
+    the same arguments as :func:`candidates`, as data."""
+    sampling = [params.max_new_tokens, params.temperature, params.top_p, params.seed]
+    return {"kind": "candidates", "prompts": prompts, "count": count, "params": sampling,
+            "stop": stop}  # fmt: skip
+
+
+def build_requested(requests: Any, generator: Callable[[], Generator]) -> None:
+    """Build the candidate sets an (untrusted) method asked for, in the trusted process:
+    every field is checked to be plain data within bounds before anything is generated,
+    and the cache is keyed by it as :func:`candidates` keys it, so the method can only
+    choose which public generation is cached, never what its cache file holds. The
+    generator (a callable) is loaded only when something is requested."""
+    if not isinstance(requests, list):
+        raise ValueError("cache requests: expected a list")
+    for prompts, count, params, stop in [_parsed(r) for r in requests]:
+        candidates(generator(), prompts, count, params, stop)
+
+
+def _parsed(request: Any) -> tuple[list[str], int, SamplingParams, list[str]]:
+    fields = {"kind", "prompts", "count", "params", "stop"}
+    if not isinstance(request, dict) or set(request) != fields:
+        raise ValueError(f"cache request: expected the fields {sorted(fields)}")
+    prompts, count, params, stop = (request[k] for k in ("prompts", "count", "params", "stop"))
+    if request["kind"] != "candidates":
+        raise ValueError(f"cache request: unknown kind {request['kind']!r}")
+    if not _strings(prompts, MAX_PROMPTS) or not _strings(stop, 8):
+        raise ValueError("cache request: prompts and stop must be lists of strings")
+    if not (_whole(count, 1, 64) and isinstance(params, list) and len(params) == 4):
+        raise ValueError("cache request: count in 1..64 and params [tokens, T, top_p, seed]")
+    tokens, temperature, top_p, seed = params
+    if not (_whole(tokens, 1, 4096) and _whole(seed, 0, 2**63 - 1)):
+        raise ValueError("cache request: max_new_tokens in 1..4096 and a seed ≥ 0")
+    if not all(_real(v) and 0 < v <= 100 for v in (temperature, top_p)):
+        raise ValueError("cache request: temperature and top_p must be numbers > 0")
+    return prompts, count, SamplingParams(tokens, float(temperature), float(top_p), seed), stop
+
+
+def _strings(value: Any, most: int) -> bool:
+    return isinstance(value, list) and len(value) <= most and all(type(v) is str for v in value)
+
+
+def _whole(value: Any, low: int, high: int) -> bool:
+    return type(value) is int and low <= value <= high
+
+
+def _real(value: Any) -> bool:
+    return type(value) in (int, float) and value == value
 
 
 def _read(path: Path, key: str, prompts: int, count: int) -> list[list[str]] | None:
