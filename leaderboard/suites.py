@@ -104,6 +104,10 @@ class Suite:
         )
 
 
+# The one-run canary audit (benchmark/evaluation/canary_audit.py): listing it makes the
+# runner insert canaries, and the entry shows the ε lower bound beside the accounted ε.
+CANARY_AUDIT = {"name": "canary", "settings": {}}
+
 # The quickstart must finish in ~20 min on 2 CPU cores: the cpu on-device LM's 50k-token
 # output layer costs ~3 CPU-s per 32×64-token step, so the quick suite keeps 2 spans per
 # chapter, 400 public spans, one non-private epoch and 200-sample audits. Every release is
@@ -114,11 +118,8 @@ QUICK_METRICS = (
     {"name": "fid", "settings": {}},
     {"name": "mia", "settings": {"n_samples": 200}},
     {"name": "dcr", "settings": {"n_samples": 200}},
+    CANARY_AUDIT,
 )
-
-# The one-run canary audit (benchmark/evaluation/canary_audit.py): listing it makes the
-# runner insert canaries, and the entry shows the ε lower bound beside the accounted ε.
-CANARY_AUDIT = {"name": "canary", "settings": {}}
 
 # The quickstart is a smoke test of the whole pipeline, not a benchmark (that is ``bench``):
 # the LLM methods run at the pre-working-scale sizes that kept ``make run`` under 20 minutes
@@ -158,6 +159,7 @@ BENCH_METRICS = (
     {"name": "fid", "settings": {}},
     {"name": "mia", "settings": {"n_samples": 500}},
     {"name": "dcr", "settings": {"n_samples": 500}},
+    CANARY_AUDIT,
 )
 BENCH_FEDERATED = {"rounds": 20, "local_batch_size": 4, "select_every": 5}
 BENCH_PARAMS: dict[str, dict[str, Any]] = {
@@ -261,7 +263,7 @@ SUITES = {
         epsilons=(1.0,),
         delta=3e-6,
         seeds=(0,),
-        metrics=(*QUICK_METRICS, CANARY_AUDIT),
+        metrics=QUICK_METRICS,
         downstream={"model_samples": 16},
         methods=(*PUBLISHED_METHODS, "fed_ctg", "dp_ftrl_dm"),
         method_privacy={"fed_ctg": {"unit": "client_sample"}},
