@@ -300,6 +300,7 @@ def run(
     split: FederatedSplit | None = None,
     isolated: bool = False,
     plugin: Path | None = None,
+    client_actors: int = 0,
 ) -> RunResult:
     """Run (or resume) ``spec``; returns its result record and artifact.
 
@@ -308,6 +309,8 @@ def run(
     method runs in its own sandboxed process and its client code in a client worker
     (:mod:`benchmark.isolation`); ``fedsynth run``, ``submit`` and the suites use that.
     ``plugin`` is a submitted adapter file, loaded only in the method's processes.
+    ``client_actors`` > 0 (isolated only) spreads the client shards over that many Ray
+    actors (:mod:`benchmark.isolation.client_shards`); the record does not change.
     """
     split = split or load_run_split(spec)
     units = privacy_units(split, spec.privacy.unit)
@@ -315,7 +318,7 @@ def run(
     if isolated:
         from benchmark.isolation.coordinator import IsolatedLaunch
 
-        launch: Any = IsolatedLaunch(spec, split, profile, plugin)
+        launch: Any = IsolatedLaunch(spec, split, profile, plugin, client_actors)
         resolved, role = launch.resolve()
     else:
         resolved, method_cls = resolve(spec, split)

@@ -10,8 +10,8 @@ are identical (tested); with a secret seed each run draws its own noise either w
 
 Ray specifics: a task per run, with the resources its profile needs (one CPU; on ``paper``
 one GPU as well); the workers must see the same paths as the caller (runs, splits, caches),
-i.e. one host or a shared file system. The pool's client workers stay processes of their
-run's task (``benchmark/isolation``), not Ray actors.
+i.e. one host or a shared file system. A run's client workers are processes of its task,
+or Ray actors with ``client_actors`` (:mod:`benchmark.isolation.client_shards`).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ def run_job(
     plugin: Path | None,
     finished_only: bool = False,
     stored: Mapping[str, dict[str, Any]] | None = None,
+    client_actors: int = 0,
 ) -> Outcome | None:
     """Run (or resume, or with ``finished_only`` only look up) one spec on the isolated path.
     A run whose record the results store already keeps (``stored``, by run key) is not
@@ -71,7 +72,10 @@ def run_job(
     if finished_only:
         result = finished_result(spec, runs_root=runs_root, split=split, plugin=plugin)
     else:
-        result = run(spec, runs_root=runs_root, split=split, isolated=True, plugin=plugin)
+        result = run(
+            spec, runs_root=runs_root, split=split, isolated=True, plugin=plugin,
+            client_actors=client_actors,
+        )  # fmt: skip
     return None if result is None else (result.run_key, result.record)
 
 

@@ -351,6 +351,7 @@ def run_suite(
     plugin: Path | None = None,
     finished_only: bool = False,
     executor: Executor | None = None,
+    client_actors: int = 0,
 ) -> list[dict[str, Any]]:
     """Run every (method, ε, seed) of the suite on the isolated path; write and return one
     entry per (method, ε), signed with the host's key (leaderboard/signing.py).
@@ -359,7 +360,8 @@ def run_suite(
     ``plugin`` is a submitted adapter file (loaded only in the method's processes). With
     ``finished_only`` nothing is run: entries are written from the runs already finished
     (a long grid's rows as they complete, with the seeds they have so far). ``executor``
-    runs the grid (default: one run after another here; :mod:`leaderboard.executors`).
+    runs the grid (default: one run after another here; :mod:`leaderboard.executors`);
+    ``client_actors`` > 0 spreads each run's clients over that many Ray actors.
     """
     key = host_key(results_root)  # before hours of runs: a misplaced key fails now
     split_path = ensure_split(suite, splits_root)
@@ -377,7 +379,7 @@ def run_suite(
     runner = LocalExecutor() if finished_only or executor is None else executor
     work = functools.partial(
         run_job, runs_root=runs_root, split_path=split_path, plugin=plugin,
-        finished_only=finished_only, stored=stored,
+        finished_only=finished_only, stored=stored, client_actors=client_actors,
     )  # fmt: skip
     grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for job, outcome in runner.outcomes(jobs, work):

@@ -20,6 +20,18 @@ def local_head():
     ray.shutdown()
 
 
+def entries(suite, root, name, **options):
+    """The suite's entries by method, run into ``root / name`` (the split shared)."""
+    got = run_suite(
+        suite,
+        results_root=root / name / "results",
+        runs_root=root / name / "runs",
+        splits_root=root / "splits",
+        **options,
+    )
+    return {e["method"]["name"]: e for e in got}
+
+
 def test_ray_and_local_executors_give_identical_records(local_head, tmp_path):
     suite = dataclasses.replace(
         SUITES["tiny"],
@@ -29,18 +41,8 @@ def test_ray_and_local_executors_give_identical_records(local_head, tmp_path):
         method_privacy={"dp_fedavg": SPEC_NOISE},
     )
 
-    def entries(executor, name):
-        got = run_suite(
-            suite,
-            results_root=tmp_path / name / "results",
-            runs_root=tmp_path / name / "runs",
-            splits_root=tmp_path / "splits",
-            executor=executor,
-        )
-        return {e["method"]["name"]: e for e in got}
-
-    local = entries(LocalExecutor(), "local")
-    remote = entries(RayExecutor(), "ray")
+    local = entries(suite, tmp_path, "local", executor=LocalExecutor())
+    remote = entries(suite, tmp_path, "ray", executor=RayExecutor())
     assert sorted(local) == sorted(remote) == ["dp_fedavg", "public_only"]
     for method in local:
         a, b = local[method], remote[method]
@@ -56,3 +58,33 @@ def test_an_unknown_executor_or_a_stray_address_is_refused():
     with pytest.raises(ValueError, match="address"):
         make_executor("local", "ray://head:10001")
     assert isinstance(make_executor("ray", "auto"), RayExecutor)
+
+
+def test_clients_on_ray_actors_give_the_records_of_one_local_worker(
+    local_head, tmp_path, monkeypatch
+):
+    """Client shards on two Ray actors (each a sandboxed client worker of its range):
+    per-client calls (dp_fedavg's model deltas) and batched ones (popri's scores) come back
+    in the pool's order, so with the noise from the spec the records are the same."""
+    methods = ("dp_fedavg", "popri")
+    suite = dataclasses.replace(
+        SUITES["tiny"],
+        methods=methods,
+        metrics=({"name": "next_token", "settings": {}},),
+        method_privacy={m: SPEC_NOISE for m in methods},
+    )
+
+    from benchmark.isolation.client_shards import ShardedClients
+
+    calls = []
+    rows = ShardedClients.rows
+    monkeypatch.setattr(ShardedClients, "rows", lambda self, *a: calls.append(a) or rows(self, *a))
+    one = entries(suite, tmp_path, "one")
+    assert not calls
+    sharded = entries(suite, tmp_path, "sharded", client_actors=2)
+    assert {batched for *_, batched in calls} == {True, False}
+    for method in methods:
+        a, b = one[method], sharded[method]
+        assert a["runs"] == b["runs"]
+        assert a["metrics"] == b["metrics"]
+        assert a["privacy"]["ledgers"] == b["privacy"]["ledgers"] != [[]]

@@ -47,6 +47,7 @@ def run_with_progress(
     plugin: Path | None = None,
     finished_only: bool = False,
     executor: Any = None,
+    client_actors: int = 0,
 ) -> list[dict[str, Any]]:
     """Run a suite with a progress bar over its runs; errors become clean CLI messages."""
     from tqdm import tqdm
@@ -73,6 +74,7 @@ def run_with_progress(
                 plugin=plugin,
                 finished_only=finished_only,
                 executor=executor,
+                client_actors=client_actors,
             )
         except (SpecError, RegistryError, PrivacyError, ValueError, MethodError) as exc:
             raise click.ClickException(str(exc)) from exc
@@ -137,6 +139,14 @@ def suite_group() -> None:
     "on the cluster at --address or on a local head.",
 )
 @click.option("--address", default=None, help="Ray cluster address (with --executor ray).")
+@click.option(
+    "--client-actors",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Spread each run's clients over this many Ray actors (one CPU each; each holds "
+    "its range of clients in a sandboxed client worker). 0: one local client worker.",
+)
 def suite_run(
     suite_name: str,
     results: str,
@@ -147,6 +157,7 @@ def suite_run(
     finished_only: bool,
     executor: str,
     address: str | None,
+    client_actors: int,
 ) -> None:
     """Run SUITE_NAME's grid with a progress bar and write one entry per (method, ε)."""
     from leaderboard.executors import make_executor
@@ -158,7 +169,14 @@ def suite_run(
         raise click.ClickException(str(exc)) from exc
     began = time.perf_counter()
     entries = run_with_progress(
-        suite_name, chosen, results, runs, splits, finished_only=finished_only, executor=runner
+        suite_name,
+        chosen,
+        results,
+        runs,
+        splits,
+        finished_only=finished_only,
+        executor=runner,
+        client_actors=client_actors,
     )
     click.echo(
         f"suite {suite_name}: {len(entries)} entries in {results} "

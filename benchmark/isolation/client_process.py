@@ -51,6 +51,13 @@ class ClientFunctionError(PrivacyError):
     """A client-side function raised: the run stops (a raise is itself an unnoised signal)."""
 
 
+NO_LOCAL_CLIENTS = (
+    "pool.dp_sgd is not available in an isolated run: its per-example clipping and noise "
+    "would run beside the method's code in the client worker; use pool.aggregate with one "
+    "example per privacy unit"
+)
+
+
 class ClientProcess:
     """The coordinator's handle on a client worker holding ``clients`` (records per client)."""
 
@@ -126,11 +133,7 @@ class ClientProcess:
         return self._answer()[1][0]
 
     def local_clients(self) -> list[Any]:
-        raise PrivacyError(
-            "pool.dp_sgd is not available in an isolated run: its per-example clipping and "
-            "noise would run beside the method's code in the client worker; use "
-            "pool.aggregate with one example per privacy unit"
-        )
+        raise PrivacyError(NO_LOCAL_CLIENTS)
 
     def memos(self) -> Any:
         """The clients' memos as a byte tensor (a checkpoint stores it unopened)."""

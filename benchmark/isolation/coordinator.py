@@ -274,10 +274,13 @@ class IsolatedLaunch:
     """Everything the runner needs to run one spec on the isolated path: the method's
     description, the client worker, the method process and their sandboxes."""
 
-    def __init__(self, spec: Any, split: Any, profile: Any, plugin: Path | None) -> None:
+    def __init__(
+        self, spec: Any, split: Any, profile: Any, plugin: Path | None, client_actors: int = 0
+    ) -> None:
         import torch
 
         self.spec, self.split, self.profile = spec, split, profile
+        self.client_actors = client_actors  # > 0: the clients on Ray actors (client_shards)
         self.source = method_source(spec.method.name, plugin)
         self.threads = torch.get_num_threads()
         self._by_name = profile is None or type(profile).__module__.startswith("benchmark.profiles")
@@ -337,7 +340,12 @@ class IsolatedLaunch:
         tmp = run_dir / "client_tmp"  # the client side's scratch; no other domain reads it
         tmp.mkdir(exist_ok=True)
         policy = policy_for(self.code, [tmp])
-        self._worker = ClientProcess(shards, policy, self.threads, tmp)
+        if self.client_actors > 0:
+            from benchmark.isolation.client_shards import ShardedClients
+
+            self._worker = ShardedClients(shards, policy, self.threads, tmp, self.client_actors)
+        else:
+            self._worker = ClientProcess(shards, policy, self.threads, tmp)
         command = [sys.executable, "-m", LAUNCH, "zygote"]
         set_zygote_launch((command, {**child_env(), **sandbox_environment(policy, tmp)}))
         return self._worker
