@@ -20,7 +20,6 @@ from urllib.parse import quote
 from leaderboard.entries import audit_exceeds_epsilon
 from leaderboard.store import MANIFESTS_DIR, Row, labelled, rows_by_version
 from leaderboard.tables import (
-    DEFAULT_METRIC,
     LOWER_IS_BETTER,
     ROLE_ORDER,
     Cell,
@@ -30,6 +29,7 @@ from leaderboard.tables import (
     format_cell,
     format_epsilon,
     format_share,
+    headline_metric,
     metric_label,
     role_of,
 )
@@ -308,22 +308,29 @@ def _page(
     version: str,
     links: dict[str, str],
     nav: str,
-    metric: str,
+    metric: str | None,
     manifests: dict[str, dict],
 ) -> str:
     sections = []
     for split in sorted({r.split for r in rows}):
         split_rows = [r for r in rows if r.split == split]
+        shown = metric or headline_metric(split_rows, split)
         sections.append(
             _split_header(split, manifests.get(split))
-            + _headline_table(split, split_rows, metric, links)
-            + _plot(split, split_rows, metric)
+            + _headline_table(split, split_rows, shown, links)
+            + _plot(split, split_rows, shown)
             + _audit_table(split, split_rows)
         )
+    lead = (
+        html.escape(metric_label(metric))
+        if metric
+        else "its headline metric (next-token top-1 ↑ for text splits, the win rate ↑ for "
+        "preference splits)"
+    )
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>fedsynth leaderboard {html.escape(version)}</title>"
         f"<style>{STYLE}</style></head><body><h1>fedsynth leaderboard</h1>{nav}"
-        f"<p>Version {html.escape(version)}. Each split leads with {html.escape(metric_label(metric))}: "
+        f"<p>Version {html.escape(version)}. Each split leads with {lead}: "
         "mean ± 95% CI over seeds and the share of the public-only → non-private gap it closes. "
         "<span class='badge bound'>bound</span> rows anchor that scale, "
         "<span class='badge control'>control</span> rows calibrate it (the oracle releases real "
@@ -361,14 +368,15 @@ def _manifests(root: Path, version: str) -> dict[str, dict]:
 def write_site(
     results_root: Path,
     out_dir: Path,
-    metric: str = DEFAULT_METRIC,
+    metric: str | None = None,
     shown: str | None = None,
     others: dict[str, Path] | None = None,
 ) -> Path:
     """One page per leaderboard version (``<version>/index.html``, with copies of its
     entries) and ``index.html`` showing ``shown`` (default: the newest); every page links
     to every version, so old versions stay browsable. Rows of the ``others`` stores (label
-    → root, e.g. the published store beside a user's own) appear labelled beside them."""
+    → root, e.g. the published store beside a user's own) appear labelled beside them.
+    ``metric`` (default: each split's headline) leads every table and plot."""
     roots = {"": results_root, **(others or {})}
     grouped = rows_by_version(results_root) if results_root.exists() else {}
     for label, root in (others or {}).items():

@@ -19,10 +19,15 @@ LOWER_IS_BETTER = (
     "next_token.ce", "fid.fid", "mia.loss_auc", "mia.calibrated_auc", "premia.auc", "dcr.auc",
 )  # fmt: skip
 DEFAULT_METRIC = "next_token.top1"
+# A split leads with the first of these its entries have: next-token accuracy for text
+# splits, the win rate for preference splits (paper 003), then the other tasks' measures.
+HEADLINES = (DEFAULT_METRIC, "win_rate.win_rate", "classification.accuracy", "mauve.mauve")
 BOUND_METHODS = {"public_only": 0.0, "nonprivate": math.inf}
 ROLE_ORDER = {"bound": 0, "control": 1, "method": 2}
 METRIC_LABELS = {
     "next_token.top1": "next-token top-1",
+    "win_rate.win_rate": "win rate vs test chosen",
+    "reward_accuracy.accuracy": "reward accuracy",
     "next_token.top3": "next-token top-3",
     "next_token.ce": "cross-entropy (nats)",
     "next_token.validation_top1": "validation top-1",
@@ -41,6 +46,12 @@ METRIC_LABELS = {
 }
 # Counts and chosen settings describe a run; they have no better direction.
 UNDIRECTED = ("canary.epsilon_lower_bound", "next_token.selected_epoch", "next_token.test_tokens")
+
+
+def headline_metric(rows: Sequence[Row], split: str) -> str:
+    """The metric ``split``'s table leads with (see :data:`HEADLINES`)."""
+    names = {name for r in rows if r.split == split for name in r.entry["metrics"]}
+    return next((m for m in HEADLINES if m in names), DEFAULT_METRIC)
 
 
 def metric_label(metric: str) -> str:

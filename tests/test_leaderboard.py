@@ -380,3 +380,27 @@ def test_an_entry_whose_canary_audit_refutes_its_epsilon_is_flagged(tmp_path):
     honest = build_entry(records, "lb-0123456789")
     assert not audit_exceeds_epsilon(honest)
     assert "flagged" not in _audit_table("toy", [replace(row, entry=honest)])
+
+
+def test_each_split_leads_with_its_own_headline_metric(tmp_path):
+    """A preference split (paper 003) has no next-token accuracy: its table and plot lead
+    with the win rate; a text split keeps next-token top-1; --metric overrides both."""
+    from leaderboard.tables import headline_metric
+
+    records = fake_records(tmp_path, 1.0, seeds=(0, 1))
+    for record, rate in zip(records, (0.4, 0.6), strict=True):
+        record["metrics"] = {"win_rate.win_rate": rate, "next_token_like.top1": 0.1}
+    entry = build_entry(records, "lb-0123456789")
+    prefs = Row("lb-0123456789", "prefs", entry["method"]["name"], 1.0, 1.0, "formal", "p", entry)
+    text_entry = json.loads(json.dumps(entry))
+    text_entry["metrics"]["next_token.top1"] = text_entry["metrics"].pop("win_rate.win_rate")
+    text = replace(prefs, split="text", entry=text_entry)
+    assert headline_metric([prefs, text], "prefs") == "win_rate.win_rate"
+    assert headline_metric([prefs, text], "text") == "next_token.top1"
+    root = tmp_path / "results"
+    publish(root, entry)
+    write_manifest(root, "lb-0123456789", entry["split"]["name"], entry["split"] | {"version": "v"})
+    page = write_site(root, tmp_path / "site").read_text()
+    assert "win rate vs test chosen ↑ (mean ± 95% CI)" in page and "0.5000" in page
+    forced = write_site(root, tmp_path / "forced", "next_token_like.top1").read_text()
+    assert "win rate vs test chosen" not in forced

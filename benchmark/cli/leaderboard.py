@@ -43,7 +43,12 @@ def leaderboard_group() -> None:
 @MINE
 @VERSION
 @click.option("--dataset", default=None, help="Only this split name.")
-@click.option("--metric", default="next_token.top1", show_default=True, help="Metric to tabulate.")
+@click.option(
+    "--metric",
+    default=None,
+    help="Metric to tabulate (default: each split's headline: next-token top-1, or the win "
+    "rate on a preference split).",
+)
 @click.option(
     "--epsilon", type=float, default=None, help="Only this ε budget (bounds always shown)."
 )
@@ -53,14 +58,14 @@ def show(
     mine_dir: str,
     version: str | None,
     dataset: str | None,
-    metric: str,
+    metric: str | None,
     epsilon: float | None,
     as_json: bool,
 ) -> None:
     """Print methods × ε tables like the papers': mean ± 95% CI over seeds, gap closed, the
     best ranked method per column in bold (bounds and controls are marked, not ranked)."""
     from leaderboard.store import query_with
-    from leaderboard.tables import build_table, render_text
+    from leaderboard.tables import build_table, headline_metric, render_text
 
     rows = query_with(
         Path(results_dir),
@@ -71,10 +76,13 @@ def show(
     )
     if not rows:
         raise click.ClickException(f"no leaderboard entries under {results_dir}")
-    tables = [build_table(rows, split, metric) for split in sorted({r.split for r in rows})]
+    tables = [
+        build_table(rows, split, metric or headline_metric(rows, split))
+        for split in sorted({r.split for r in rows})
+    ]
     tables = [t for t in tables if t.methods]
     if not tables:
-        raise click.ClickException(f"no entry has metric {metric!r}")
+        raise click.ClickException(f"no entry has metric {metric or 'a headline metric'!r}")
     if as_json:
         click.echo(json.dumps([t.to_json() for t in tables], indent=1))
         return
@@ -89,8 +97,14 @@ def show(
 @MINE
 @VERSION
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), required=True)
-@click.option("--metric", default="next_token.top1", show_default=True, help="Metric of the plots.")
-def site(results_dir: str, mine_dir: str, version: str | None, out_dir: str, metric: str) -> None:
+@click.option(
+    "--metric",
+    default=None,
+    help="Metric of the tables and plots (default: each split's headline).",
+)
+def site(
+    results_dir: str, mine_dir: str, version: str | None, out_dir: str, metric: str | None
+) -> None:
     """Write the static site: per split the headline table, the ε plot and the audits, rows
     linked to their entries, your own runs marked '(yours)'; one page per leaderboard
     version, the index showing --version (default: the newest)."""
