@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 from benchmark.data import FederatedSplit
+from benchmark.files import atomic_write
 from benchmark.privacy.ledger import PrivacyLedger
 from benchmark.provenance import code_version, hardware, package_versions
 from benchmark.spec import ResolvedSpec
@@ -94,6 +94,4 @@ def build_record(
 
 def write_record(record: dict[str, Any], path: Path) -> None:
     """Write atomically so a half-written record is never read."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(record, indent=1, sort_keys=True))

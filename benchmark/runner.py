@@ -33,6 +33,7 @@ from benchmark.federation.costs import CostCounters
 from benchmark.federation.local_dp_sgd import LocalLMTrainer
 from benchmark.federation.pool import INDEPENDENCE_CHECKS, ClientPool
 from benchmark.federation.quarantine import Diagnostics
+from benchmark.files import atomic_write
 from benchmark.method import Method, MethodContext
 from benchmark.privacy.errors import BudgetExceededError
 from benchmark.privacy.ledger import PrivacyLedger
@@ -177,9 +178,7 @@ def pool_seed(spec: RunSpec, run_dir: Path) -> int:
         return spec.seed
     path = run_dir / POOL_SEED
     if not path.exists():
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(str(secrets.randbits(128)))
-        os.replace(tmp, path)
+        atomic_write(path, str(secrets.randbits(128)))
     return int(path.read_text())
 
 

@@ -21,8 +21,8 @@ text sets are fine-tuned downstream from this same start.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ import torch
 
 from benchmark.data import TEXT
 from benchmark.evaluation.downstream import evaluate_lm, is_better, train_lm
+from benchmark.files import atomic_write
 from benchmark.method import MethodContext
 from benchmark.profiles.cache import cache_dir
 
@@ -149,10 +150,9 @@ def public_start(ctx: MethodContext, config: dict[str, Any]) -> Any:
         return model.eval()
     fine_tune(model, lm.tokenizer, public, validation, cfg, PUBLIC_START_SEED)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp-{os.getpid()}")
-        torch.save({"key": key, "params": flat_params(model)}, tmp)
-        os.replace(tmp, path)
+        buffer = io.BytesIO()
+        torch.save({"key": key, "params": flat_params(model)}, buffer)
+        atomic_write(path, buffer.getvalue())
     except PermissionError:  # an isolated method process reads the cache, never writes it
         pass
     return model.eval()

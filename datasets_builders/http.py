@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import socket
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -29,6 +28,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from benchmark.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -95,21 +96,6 @@ def cache_key(url: str) -> str:
         if k.lower() not in SECRET_PARAMS
     )
     return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 @dataclass

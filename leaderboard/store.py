@@ -12,6 +12,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
+from benchmark.files import atomic_write
 from benchmark.registry import UnsafePathError, path_under, valid_name
 from leaderboard.entries import integrity_digest
 from leaderboard.schema import EntryError, validate_entry
@@ -38,10 +39,7 @@ def write_entry(root: Path, entry: dict[str, Any]) -> Path:
     """Validate, then write atomically."""
     validate_entry(entry)
     path = entry_path(root, entry)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(entry, indent=1, sort_keys=True) + "\n")
     return path
 
 
@@ -78,10 +76,7 @@ def write_record(root: Path, lb_version: str, split_name: str, record: dict[str,
     """Keep one run's (signed) record in the store, so that a grid's entries can be rebuilt
     from it on another machine, after the run directory that produced it is gone."""
     path = record_path(root, lb_version, split_name, record["run_key"])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
     return path
 
 

@@ -102,3 +102,20 @@ def test_killed_run_resumes_to_identical_result(tmp_path):
     assert resumed.record["privacy"] == full.record["privacy"]
     assert resumed.record["costs"]["participations"] == full.record["costs"]["participations"]
     assert not math.isnan(json.loads(full.artifact.texts[0])[2][2])
+
+
+def test_an_atomic_write_leaves_the_old_file_or_the_new_one_and_no_temporary(tmp_path):
+    from benchmark.files import atomic_write
+
+    path = tmp_path / "deep" / "record.json"
+    atomic_write(path, "old")
+    atomic_write(path, b"new")
+    assert path.read_text() == "new"
+
+    class Unwritable(str):
+        def encode(self, *args):
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write(path, Unwritable("never"))
+    assert path.read_text() == "new" and [p.name for p in path.parent.iterdir()] == ["record.json"]

@@ -132,7 +132,7 @@ def test_cache_returns_equal_tokenizer_and_rebuilds_tampered_files():
     assert word_tokenizer_key(CORPUS, 9) != word_tokenizer_key(CORPUS, 8)
     assert word_tokenizer_key(CORPUS[:-1], 8) != word_tokenizer_key(CORPUS, 8)
     assert word_tokenizer_key(["ab", "c"], 8) != word_tokenizer_key(["a", "bc"], 8)
-    assert not list(path.parent.glob("*.tmp-*"))
+    assert not list(path.parent.glob(".*.part"))  # no temporary file left behind
     with pytest.raises(ValueError):
         word_tokenizer(CORPUS, 8, "../escape")
 

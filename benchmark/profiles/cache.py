@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 
 import numpy as np
+
+from benchmark.files import atomic_write
 
 
 def cache_dir() -> Path:
@@ -27,7 +30,6 @@ def cache_dir() -> Path:
 def save_array(path: Path, array: np.ndarray) -> None:
     """Write ``array`` to ``path`` (``.npy``) atomically: a temp name of this process, then
     a rename, so a concurrent reader sees the old file or the whole new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp-{os.getpid()}.npy")
-    np.save(tmp, array)
-    tmp.replace(path)
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    atomic_write(path, buffer.getvalue())

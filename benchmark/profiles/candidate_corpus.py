@@ -19,11 +19,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmark.files import atomic_write
 from benchmark.profiles.base import Generator, SamplingParams
 from benchmark.profiles.cache import cache_dir
 
@@ -145,7 +145,4 @@ def _read(path: Path, key: str, prompts: int, count: int) -> list[list[str]] | N
 
 
 def _write(path: Path, key: str, rows: list[list[str]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps({"key": key, "candidates": rows}))
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps({"key": key, "candidates": rows}))

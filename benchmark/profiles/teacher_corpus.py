@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from benchmark.files import atomic_write
 from benchmark.profiles.base import OnDeviceLM
 from benchmark.profiles.cache import cache_dir
 from benchmark.profiles.packaged import distribution_version
@@ -176,6 +177,6 @@ def _write(directory: Path, key: str, corpus: TeacherCorpus) -> None:
             "topk_logits": torch.cat(corpus.topk_logits[part]).float(),
             "mean_logprob": torch.from_numpy(corpus.mean_logprob[part].copy()),
         }
-        tmp = _shard_path(directory, index).with_suffix(f".tmp-{os.getpid()}")
-        torch.save(shard, tmp)
-        os.replace(tmp, _shard_path(directory, index))
+        buffer = io.BytesIO()
+        torch.save(shard, buffer)
+        atomic_write(_shard_path(directory, index), buffer.getvalue())

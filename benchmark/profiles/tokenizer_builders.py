@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from benchmark.files import atomic_write
 from benchmark.profiles.cache import cache_dir
 from benchmark.profiles.packaged import packaged_file
 from benchmark.profiles.tiny_corpus import TINY_CORPUS
@@ -73,10 +73,7 @@ def tiny_tokenizer() -> Any:
         tok = Tokenizer.from_file(str(path))
     else:
         tok = train_bytelevel_bpe(TINY_CORPUS, TINY_VOCAB_SIZE)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tok.save(str(tmp))
-        os.replace(tmp, path)
+        atomic_write(path, tok.to_str())
     return wrap_bytelevel_bpe(tok)
 
 

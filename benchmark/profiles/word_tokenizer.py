@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -47,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from benchmark.files import atomic_write
 from benchmark.profiles.cache import cache_dir
 from benchmark.profiles.tokenizer_builders import EOS, PAD
 
@@ -236,10 +236,7 @@ def _write(path: Path, key: str, tok: Any) -> None:
         "tokenizer_sha256": hashlib.sha256(serialized.encode()).hexdigest(),
         "tokenizer": serialized,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(envelope), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(envelope))
 
 
 def word_token_lengths(words: list[str], subword_tokenizer: PreTrainedTokenizerFast) -> np.ndarray:
