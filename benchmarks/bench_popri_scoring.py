@@ -16,6 +16,10 @@ so the numbers measure scoring and aggregation, not a sentence encoder. Reported
 - ``clip_sum_f32``: the clip+sum done as one float32 pass (row norms by einsum, then the
   scale vector times the matrix), i.e. what the pool's generic part could cost.
 
+Each private release also recomputes ``--independence-checks`` sampled clients alone, each
+in a fresh fork that unpickles the job (``benchmark/federation/recompute.py``); that is part
+of ``warm_pool_generic_s``, and ``--independence-checks 0`` shows its cost.
+
 With ``--isolated`` the round runs as on the isolated path (``benchmark/isolation``): the
 job is pickled (``job_pickle_s``, the method process's hop), sent to a sandboxed client
 worker that runs the scorer and writes the rows into a shared memory file, which the
@@ -40,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from benchmark.federation.clients import ClientBatch
-from benchmark.federation.pool import ClientPool
+from benchmark.federation.pool import INDEPENDENCE_CHECKS, ClientPool
 from benchmark.federation.recompute import snapshot
 from benchmark.privacy.ledger import PrivacyLedger
 from benchmark.profiles.base import Embedder
@@ -91,7 +95,7 @@ def clip_sum_f32(rows: np.ndarray, clip_norm: float) -> np.ndarray:
     return (scale.astype(rows.dtype) @ rows).astype(np.float64)
 
 
-def isolated_pool(data: dict, scratch: Path) -> tuple[ClientPool, Any]:
+def isolated_pool(data: dict, scratch: Path, checks: int) -> tuple[ClientPool, Any]:
     """The pool as an isolated run has it: client code in a sandboxed client worker."""
     import torch
 
@@ -101,11 +105,20 @@ def isolated_pool(data: dict, scratch: Path) -> tuple[ClientPool, Any]:
     shards = [data[cid] for cid in sorted(data)]
     policy = policy_for(harness_code(), [scratch])
     worker = ClientProcess(shards, policy, torch.get_num_threads(), scratch)
-    return ClientPool(data, ledger=PrivacyLedger(), seed=0, executor=worker), worker
+    pool = ClientPool(
+        data, ledger=PrivacyLedger(), seed=0, executor=worker, independence_checks=checks
+    )
+    return pool, worker
 
 
 def run(
-    clients: int, per_client: int, synthetic: int, dim: int, repeats: int, isolated: bool
+    clients: int,
+    per_client: int,
+    synthetic: int,
+    dim: int,
+    repeats: int,
+    isolated: bool,
+    checks: int = INDEPENDENCE_CHECKS,
 ) -> dict:
     rng = np.random.default_rng(0)
     table = unit_rows(rng.standard_normal((clients * per_client, dim), dtype=np.float32))
@@ -116,9 +129,9 @@ def run(
     }
     scratch = Path(tempfile.mkdtemp(prefix="bench-popri-"))
     pool, worker = (
-        isolated_pool(data, scratch)
+        isolated_pool(data, scratch, checks)
         if isolated
-        else (ClientPool(data, ledger=PrivacyLedger(), seed=0), None)
+        else (ClientPool(data, ledger=PrivacyLedger(), seed=0, independence_checks=checks), None)
     )
     scorer = TimedScorer(SimilarityScorer(LookupEmbedder(table)))
     hops = {"job_pickle_s": 0.0, "job_bytes": 0}
@@ -162,6 +175,7 @@ def run(
             if isolated
             else {}
         ),
+        "independence_checks": checks,
         "clients": clients,
         "samples_per_client": per_client,
         "synthetic": synthetic,
@@ -214,6 +228,12 @@ def main() -> None:
         action="store_true",
         help="run client code in a sandboxed client worker, as fedsynth run and the suites do",
     )
+    parser.add_argument(
+        "--independence-checks",
+        type=int,
+        default=INDEPENDENCE_CHECKS,
+        help="clients recomputed alone per release (the pool's default; 0 shows its cost)",
+    )
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     result = run(
@@ -223,6 +243,7 @@ def main() -> None:
         args.dim,
         args.repeats,
         args.isolated,
+        args.independence_checks,
     )
     width = max(len(k) for k in result)
     for key, value in result.items():
