@@ -143,6 +143,12 @@ def keyring(store: Path) -> tuple[dict[str, Ed25519PublicKey], list[tuple[Path, 
     return keys, problems
 
 
+def verified_body(signed: dict[str, Any], keys: dict[str, Ed25519PublicKey]) -> dict[str, Any]:
+    """``signed`` without its signature, once :func:`check_signature` accepts it."""
+    check_signature(signed, keys)
+    return {k: v for k, v in signed.items() if k != "signature"}
+
+
 def _signed_bytes(entry: dict[str, Any]) -> bytes:
     body = {k: v for k, v in entry.items() if k != "signature"}
     return _CONTEXT + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()

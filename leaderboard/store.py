@@ -65,10 +65,14 @@ def entry_files(root: Path) -> list[Path]:
     return sorted(p for p in root.glob("lb-*/*/*.json") if p.parent.name != MANIFESTS_DIR)
 
 
+def _records_dir(root: Path, lb_version: str, split_name: str) -> Path:
+    version = path_under(root, lb_version, where="leaderboard_version")
+    return path_under(version, split_name, where="split.name") / RECORDS_DIR
+
+
 def record_path(root: Path, lb_version: str, split_name: str, run_key: str) -> Path:
     """``<version>/<split>/_records/<run key>.json``: one run's record, beside its entry."""
-    version = path_under(root, lb_version, where="leaderboard_version")
-    records = path_under(version, split_name, where="split.name") / RECORDS_DIR
+    records = _records_dir(root, lb_version, split_name)
     return path_under(records, f"{run_key}.json", where="run key")
 
 
@@ -80,16 +84,16 @@ def write_record(root: Path, lb_version: str, split_name: str, record: dict[str,
     return path
 
 
-def record_files(root: Path, lb_version: str = "lb-*", split_name: str = "*") -> list[Path]:
-    """The kept run records (every version's and split's by default)."""
-    return sorted(root.glob(f"{lb_version}/{split_name}/{RECORDS_DIR}/*.json"))
+def record_files(root: Path) -> list[Path]:
+    """Every version's and split's kept run records."""
+    return sorted(root.glob(f"lb-*/*/{RECORDS_DIR}/*.json"))
 
 
 def stored_records(root: Path, lb_version: str, split_name: str) -> list[dict[str, Any]]:
     """The run records kept for ``split_name`` under ``lb_version`` (unchecked: the caller
     checks their signatures)."""
-    record_path(root, lb_version, split_name, "x")  # refuses names that leave the store
-    return [json.loads(p.read_text()) for p in record_files(root, lb_version, split_name)]
+    records = _records_dir(root, lb_version, split_name)
+    return [json.loads(p.read_text()) for p in sorted(records.glob("*.json"))]
 
 
 def write_manifest(root: Path, lb_version: str, name: str, manifest: dict[str, Any]) -> Path:

@@ -19,7 +19,7 @@ from benchmark.data import FederatedSplit
 from benchmark.spec import RunSpec, spec_from_dict
 from leaderboard.entries import build_entry, entry_key, version_definition
 from leaderboard.executors import Executor, Job, LocalExecutor, cached_split, run_job
-from leaderboard.signing import check_signature, host_key, keyring, sign_entry
+from leaderboard.signing import host_key, keyring, sign_entry, verified_body
 from leaderboard.store import (
     stored_records,
     write_entry,
@@ -335,8 +335,7 @@ def signed_records(results_root: Path, lb_version: str, split_name: str) -> dict
     keys, _ = keyring(results_root)
     records = {}
     for signed in stored_records(results_root, lb_version, split_name):
-        check_signature(signed, keys)
-        records[signed["run_key"]] = {k: v for k, v in signed.items() if k != "signature"}
+        records[signed["run_key"]] = verified_body(signed, keys)
     return records
 
 

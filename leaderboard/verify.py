@@ -16,7 +16,7 @@ from benchmark.privacy.accountants import epsilon_from_ledger, group_epsilons
 from benchmark.privacy.ledger import UNCHARGED, PrivacyLedger
 from leaderboard.entries import build_entry, version_of
 from leaderboard.schema import EntryError
-from leaderboard.signing import check_signature, keyring, sign_entry
+from leaderboard.signing import check_signature, keyring, sign_entry, verified_body
 from leaderboard.store import (
     VERSION_FILE,
     entry_files,
@@ -126,9 +126,8 @@ def verify_tree(
     records = {}
     for path in record_files(root):
         try:
-            record = json.loads(path.read_text())
-            check_signature(record, keys)
-            records[record["run_key"]] = {k: v for k, v in record.items() if k != "signature"}
+            record = verified_body(json.loads(path.read_text()), keys)
+            records[record["run_key"]] = record
         except (EntryError, ValueError, KeyError) as exc:
             problems.append((path, f"run record: {exc}"))
     for path in entry_files(root):

@@ -155,7 +155,6 @@ class ShardedClients:
         return torch.frombuffer(bytearray(_save(memos)), dtype=torch.uint8)
 
     def load_memos(self, state: Any) -> None:
-
         memos = _load(state.numpy().tobytes())
         ends = [*self._starts[1:], len(memos)]
         _get(

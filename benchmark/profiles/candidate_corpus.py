@@ -79,8 +79,13 @@ def candidate_request(
     """What a method asks the harness to cache (:meth:`benchmark.method.Method.cache_requests`):
     the same arguments as :func:`candidates`, as data."""
     sampling = [params.max_new_tokens, params.temperature, params.top_p, params.seed]
-    return {"kind": "candidates", "prompts": prompts, "count": count, "params": sampling,
-            "stop": stop}  # fmt: skip
+    return {
+        "kind": "candidates",
+        "prompts": prompts,
+        "count": count,
+        "params": sampling,
+        "stop": stop,
+    }
 
 
 def build_requested(requests: Any, generator: Callable[[], Generator]) -> None:
