@@ -173,7 +173,9 @@ def summary_of(entry: dict[str, Any], metric: str) -> dict[str, Any] | None:
     return entry["metrics"].get(metric) or entry.get("audit", {}).get(metric)
 
 
-def build_table(rows: Sequence[Row], split: str, metric: str = DEFAULT_METRIC) -> Table:
+def build_table(rows: Sequence[Row], split: str, metric: str | None = None) -> Table:
+    """The split's methods × ε table of ``metric`` (default: its headline metric)."""
+    metric = metric or headline_metric(rows, split)
     rows = [r for r in rows if r.split == split and summary_of(r.entry, metric)]
     rows, unranked = apart_by_unit(rows)
     cells = {(r.method, r.epsilon_budget): cell_of(summary_of(r.entry, metric)) for r in rows}

@@ -226,22 +226,31 @@ def _rows(
     wire.send(stream, {"done": True, "floats": floats, "texts": texts})
 
 
-def _memos(clients: list[ClientData]) -> bytes:
+def pack_memos(memos: list[Any]) -> bytes:
+    """Clients' memos as one blob (what a checkpoint stores, unopened)."""
     import torch
 
     buffer = io.BytesIO()
-    torch.save([c._memo for c in clients], buffer)
+    torch.save(memos, buffer)
     return buffer.getvalue()
 
 
-def _load_memos(clients: list[ClientData], blob: bytes) -> None:
+def unpack_memos(blob: bytes) -> list[Any]:
+    """A memo blob, opened with torch's weights-only loader (no code runs)."""
     import torch
 
     from benchmark.runner import CHECKPOINT_TYPES
 
     with torch.serialization.safe_globals(CHECKPOINT_TYPES):
-        memos = torch.load(io.BytesIO(blob), weights_only=True)
-    for client, memo in zip(clients, memos, strict=True):
+        return torch.load(io.BytesIO(blob), weights_only=True)
+
+
+def _memos(clients: list[ClientData]) -> bytes:
+    return pack_memos([c._memo for c in clients])
+
+
+def _load_memos(clients: list[ClientData], blob: bytes) -> None:
+    for client, memo in zip(clients, unpack_memos(blob), strict=True):
         client._memo.clear()
         client._memo.update(memo)
 

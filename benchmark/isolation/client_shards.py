@@ -22,14 +22,19 @@ single-worker format, so a checkpoint resumes under any number of actors.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmark.isolation.client_process import NO_LOCAL_CLIENTS, ClientFunctionError, ClientProcess
+from benchmark.isolation.client_process import (
+    NO_LOCAL_CLIENTS,
+    ClientFunctionError,
+    ClientProcess,
+    pack_memos,
+    unpack_memos,
+)
 from benchmark.isolation.sandbox import Policy
 from benchmark.privacy.errors import PrivacyError
 
@@ -151,15 +156,15 @@ class ShardedClients:
         import torch
 
         blobs = _get([h.memos.remote() for h in self._hosts])
-        memos = [memo for blob in blobs for memo in _load(blob)]
-        return torch.frombuffer(bytearray(_save(memos)), dtype=torch.uint8)
+        memos = [memo for blob in blobs for memo in unpack_memos(blob)]
+        return torch.frombuffer(bytearray(pack_memos(memos)), dtype=torch.uint8)
 
     def load_memos(self, state: Any) -> None:
-        memos = _load(state.numpy().tobytes())
+        memos = unpack_memos(state.numpy().tobytes())
         ends = [*self._starts[1:], len(memos)]
         _get(
             [
-                h.load_memos.remote(_save(memos[a:b]))
+                h.load_memos.remote(pack_memos(memos[a:b]))
                 for h, a, b in zip(self._hosts, self._starts, ends, strict=True)
             ]
         )
@@ -190,21 +195,3 @@ def _get(refs: Any) -> Any:
         if isinstance(cause, PrivacyError):
             raise type(cause)(str(cause)) from None
         raise ClientFunctionError(f"a client shard failed ({type(exc).__name__})") from None
-
-
-def _load(blob: bytes) -> list[Any]:
-    """A memo blob, opened with torch's weights-only loader (no code runs)."""
-    import torch
-
-    from benchmark.runner import CHECKPOINT_TYPES
-
-    with torch.serialization.safe_globals(CHECKPOINT_TYPES):
-        return torch.load(io.BytesIO(blob), weights_only=True)
-
-
-def _save(memos: list[Any]) -> bytes:
-    import torch
-
-    buffer = io.BytesIO()
-    torch.save(memos, buffer)
-    return buffer.getvalue()
