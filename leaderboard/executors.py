@@ -105,8 +105,9 @@ class RayExecutor:
     def outcomes(self, jobs: Sequence[Job], work: Work) -> Iterator[tuple[Job, Outcome | None]]:
         import ray
 
-        if not ray.is_initialized():
-            ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
+        from benchmark.isolation.client_shards import join_ray
+
+        join_ray(self.address)
         # No retries: Ray would re-run a task its memory monitor killed, without end, and a
         # grid that waits forever hides the failure; a failed run raises here instead, and
         # running the suite again resumes it from its run directory.

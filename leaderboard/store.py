@@ -89,6 +89,29 @@ def record_files(root: Path) -> list[Path]:
     return sorted(root.glob(f"lb-*/*/{RECORDS_DIR}/*.json"))
 
 
+TUNING_DIR = "_tuning"
+
+
+def write_tuning(root: Path, lb_version: str, split_name: str, report: dict[str, Any]) -> Path:
+    """``<version>/<split>/_tuning/<method>__eps<ε>__seed<seed>.json``: one hyperparameter
+    selection (:mod:`leaderboard.tuning`), beside the kept records of its candidate runs."""
+    if not valid_name(report["method"]):
+        raise EntryError(f"method: {report['method']!r} is not a valid method name")
+    version = path_under(root, lb_version, where="leaderboard_version")
+    tuning = path_under(version, split_name, where="split.name") / TUNING_DIR
+    eps = report["epsilon"]
+    label = eps if isinstance(eps, str) else f"{eps:g}"
+    name = f"{report['method']}__eps{label}__seed{report['seed']}.json"
+    path = path_under(tuning, name, where="tuning report")
+    atomic_write(path, json.dumps(report, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def tuning_files(root: Path) -> list[Path]:
+    """Every version's and split's tuning reports."""
+    return sorted(root.glob(f"lb-*/*/{TUNING_DIR}/*.json"))
+
+
 def stored_records(root: Path, lb_version: str, split_name: str) -> list[dict[str, Any]]:
     """The run records kept for ``split_name`` under ``lb_version`` (unchecked: the caller
     checks their signatures)."""

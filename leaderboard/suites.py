@@ -10,10 +10,12 @@ from __future__ import annotations
 import functools
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from benchmark.data import FederatedSplit
 from benchmark.spec import RunSpec, spec_from_dict
@@ -87,11 +89,21 @@ class Suite:
             for seed in self.seeds_for(eps)
         ]
 
-    def spec(self, method: str, epsilon: float, seed: int, split_path: Path) -> RunSpec:
+    def spec(
+        self,
+        method: str,
+        epsilon: float,
+        seed: int,
+        split_path: Path,
+        params: dict[str, Any] | None = None,
+    ) -> RunSpec:
+        """The run spec of one grid cell; ``params`` override the suite's method parameters
+        (a tuning candidate, :mod:`leaderboard.tuning`)."""
+        method_params = {**self.method_params.get(method, {}), **(params or {})}
         return spec_from_dict(
             {
                 "split": {"path": str(split_path)},
-                "method": {"name": method, "params": self.method_params.get(method, {})},
+                "method": {"name": method, "params": method_params},
                 "privacy": {
                     "epsilon": epsilon,
                     "delta": self.delta,
@@ -339,6 +351,61 @@ def signed_records(results_root: Path, lb_version: str, split_name: str) -> dict
     return records
 
 
+@dataclass(frozen=True)
+class SuiteStore:
+    """A suite's split and leaderboard version in one results store: where its runs' records
+    go, signed with ``key``, and the records the store already keeps (by run key)."""
+
+    results_root: Path
+    key: Ed25519PrivateKey  # the host's signing key
+    split_path: Path
+    split_name: str
+    lb_version: str
+    stored: dict[str, Any]
+
+
+def open_store(suite: Suite, results_root: Path, splits_root: Path) -> SuiteStore:
+    """Build the suite's split if needed, write its version and manifest into the store and
+    read the store's kept records."""
+    key = host_key(results_root)  # before hours of runs: a misplaced key fails now
+    split_path = ensure_split(suite, splits_root)
+    split: FederatedSplit = cached_split(str(split_path))
+    definition = version_definition(
+        [split.content_hash], suite.metrics, suite.downstream, instrument(suite.profile)
+    )
+    lb_version = write_version(results_root, definition)
+    write_manifest(results_root, lb_version, split.name, split.manifest)
+    stored = signed_records(results_root, lb_version, split.name)
+    return SuiteStore(results_root, key, split_path, split.name, lb_version, stored)
+
+
+def run_jobs(
+    store: SuiteStore,
+    jobs: Sequence[Job],
+    *,
+    runs_root: Path,
+    plugin: Path | None = None,
+    finished_only: bool = False,
+    executor: Executor | None = None,
+    client_actors: int = 0,
+) -> Iterator[tuple[Job, str, dict[str, Any]]]:
+    """(job, run key, record) of every job that finished, in any order: a run the store keeps
+    is not repeated, and every new run's record is kept, signed, in the store."""
+    runner = LocalExecutor() if finished_only or executor is None else executor
+    work = functools.partial(
+        run_job, runs_root=runs_root, split_path=store.split_path, plugin=plugin,
+        finished_only=finished_only, stored=store.stored, client_actors=client_actors,
+    )  # fmt: skip
+    for job, outcome in runner.outcomes(jobs, work):
+        if outcome is None:
+            continue
+        run_key, record = outcome
+        if run_key not in store.stored:
+            signed = sign_entry(record, store.key)
+            write_record(store.results_root, store.lb_version, store.split_name, signed)
+        yield job, run_key, record
+
+
 def run_suite(
     suite: Suite,
     *,
@@ -362,35 +429,23 @@ def run_suite(
     runs the grid (default: one run after another here; :mod:`leaderboard.executors`);
     ``client_actors`` > 0 spreads each run's clients over that many Ray actors.
     """
-    key = host_key(results_root)  # before hours of runs: a misplaced key fails now
-    split_path = ensure_split(suite, splits_root)
-    split: FederatedSplit = cached_split(str(split_path))
-    definition = version_definition(
-        [split.content_hash], suite.metrics, suite.downstream, instrument(suite.profile)
-    )
-    lb_version = write_version(results_root, definition)
-    write_manifest(results_root, lb_version, split.name, split.manifest)
+    store = open_store(suite, results_root, splits_root)
     jobs = [
-        Job(f"{method} ε={eps:g} seed={seed}", suite.spec(method, eps, seed, split_path))
+        Job(f"{method} ε={eps:g} seed={seed}", suite.spec(method, eps, seed, store.split_path))
         for method, eps, seed in suite.grid(methods)
     ]
-    stored = signed_records(results_root, lb_version, split.name)
-    runner = LocalExecutor() if finished_only or executor is None else executor
-    work = functools.partial(
-        run_job, runs_root=runs_root, split_path=split_path, plugin=plugin,
-        finished_only=finished_only, stored=stored, client_actors=client_actors,
-    )  # fmt: skip
     grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for job, outcome in runner.outcomes(jobs, work):
-        if outcome is None:
-            continue
-        run_key, record = outcome
-        if run_key not in stored:
-            write_record(results_root, lb_version, split.name, sign_entry(record, key))
+    for job, run_key, record in run_jobs(
+        store, jobs, runs_root=runs_root, plugin=plugin, finished_only=finished_only,
+        executor=executor, client_actors=client_actors,
+    ):  # fmt: skip
         grouped[entry_key(run_key, job.spec.seed)].append(record)
         if on_run:
             on_run(job.label)
-    entries = [sign_entry(build_entry(records, lb_version), key) for records in grouped.values()]
+    entries = [
+        sign_entry(build_entry(records, store.lb_version), store.key)
+        for records in grouped.values()
+    ]
     for entry in entries:
         write_entry(results_root, entry)
     return entries

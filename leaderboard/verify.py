@@ -23,8 +23,10 @@ from leaderboard.store import (
     entry_path,
     read_entry,
     record_files,
+    tuning_files,
     write_entry,
 )
+from leaderboard.tuning import check_report
 
 EPSILON_TOLERANCE = 1e-6
 
@@ -110,9 +112,10 @@ def verify_tree(
     allow_unsigned: bool = False,
     trusted: Collection[str] | None = None,
 ) -> list[tuple[Path, str]]:
-    """(path, problem) for every entry, kept run record, version definition or keyring file
-    under ``root`` that fails; empty when all pass. Entries must be signed by a key of the
-    store's keyring (only those in ``trusted`` when given) unless ``allow_unsigned``."""
+    """(path, problem) for every entry, kept run record, tuning report, version definition or
+    keyring file under ``root`` that fails; empty when all pass. Entries must be signed by a
+    key of the store's keyring (only those in ``trusted`` when given) unless
+    ``allow_unsigned``."""
     problems = []
     for path in root.glob(f"lb-*/{VERSION_FILE}"):
         definition = {k: v for k, v in json.loads(path.read_text()).items() if k != "started"}
@@ -130,6 +133,11 @@ def verify_tree(
             records[record["run_key"]] = record
         except (EntryError, ValueError, KeyError) as exc:
             problems.append((path, f"run record: {exc}"))
+    for path in tuning_files(root):
+        try:
+            check_report(verified_body(json.loads(path.read_text()), keys), records)
+        except (EntryError, ValueError, KeyError) as exc:
+            problems.append((path, f"tuning report: {exc}"))
     for path in entry_files(root):
         try:
             entry = _check_stored(root, path, split_hashes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tarfile
 import time
 from pathlib import Path
@@ -182,6 +183,77 @@ def suite_run(
         f"suite {suite_name}: {len(entries)} entries in {results} "
         f"({time.perf_counter() - began:.0f} s)"
     )
+
+
+def parse_grid(options: tuple[str, ...]) -> dict[str, list[Any]]:
+    """``name=v1,v2,...`` options as a grid; each value is read as JSON (numbers, null,
+    booleans), else kept as a string."""
+    grid: dict[str, list[Any]] = {}
+    for option in options:
+        name, sep, values = option.partition("=")
+        if not sep or not name.strip() or not values.strip():
+            raise click.BadParameter(f"{option!r}: expected name=v1,v2,...", param_hint="--grid")
+        grid[name.strip()] = [_json_or_text(v.strip()) for v in values.split(",")]
+    return grid
+
+
+def _json_or_text(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+@suite_group.command("tune")
+@click.argument("suite_name")
+@store_options
+@click.option("--method", required=True, help="The suite's method to tune.")
+@click.option(
+    "--grid",
+    "grid_options",
+    multiple=True,
+    required=True,
+    help="name=v1,v2,...: one parameter's candidates (repeat for a product grid), e.g. "
+    "--grid client_lr=0.001,0.01,0.1 --grid clip_norm=0.01,0.1,1.0 (paper 000's grid).",
+)
+@click.option("--epsilon", type=float, default=None, help="Budget (default: the suite's first).")
+@click.option("--seed", type=int, default=None, help="Seed (default: the budget's first).")
+@click.option(
+    "--select",
+    default="next_token.validation_top1",
+    show_default=True,
+    help="The validation metric that selects (a test metric is refused).",
+)
+def suite_tune(
+    suite_name: str,
+    results: str,
+    published: str,
+    runs: str,
+    splits: str,
+    method: str,
+    grid_options: tuple[str, ...],
+    epsilon: float | None,
+    seed: int | None,
+    select: str,
+) -> None:
+    """Select METHOD's parameters on validation over a grid at one (ε, seed) of SUITE_NAME;
+    writes a signed report beside the runs' kept records (leaderboard/tuning.py)."""
+    from leaderboard.suites import get_suite
+    from leaderboard.tuning import tune
+
+    grid = parse_grid(grid_options)
+    try:
+        report, path = tune(
+            get_suite(suite_name), method, grid, results_root=Path(results),
+            runs_root=Path(runs), splits_root=Path(splits), epsilon=epsilon, seed=seed,
+            select=select, on_run=lambda label: click.echo(f"finished: {label}"),
+        )  # fmt: skip
+    except (SpecError, RegistryError, PrivacyError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    for candidate in report["candidates"]:
+        chosen = " *" if candidate["params"] == report["selected"] else ""
+        click.echo(f"{candidate['params']}  {select} = {candidate['value']:.4f}{chosen}")
+    click.echo(f"selected {report['selected']} (report: {path})")
 
 
 @click.command("submit")

@@ -64,6 +64,16 @@ class _ShardHost:
         self.worker.close()
 
 
+def join_ray(address: str | None = None) -> None:
+    """Join the Ray cluster at ``address`` unless this process already joined one (None:
+    a new local head on this machine's cores). The one place the harness starts Ray, for
+    the suite's executor and the client shards alike."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, include_dashboard=False, log_to_driver=False)
+
+
 class ShardedClients:
     """The pool's client executor over ``actors`` Ray actors (see the module docstring)."""
 
@@ -72,8 +82,7 @@ class ShardedClients:
     ) -> None:
         import ray
 
-        if not ray.is_initialized():
-            ray.init(include_dashboard=False, log_to_driver=False)
+        join_ray()
         self._clients, self._policy, self._threads, self._tmp = clients, policy, threads, tmp
         self._starts = [
             int(r[0]) for r in np.array_split(np.arange(len(clients)), actors) if len(r)
