@@ -290,3 +290,20 @@ def test_release_counter_cannot_be_rewound():
         fresh.load_state_dict(saved)
     after_resume = [release(p, own_row).noisy_sum for p in (pool, fresh)]
     np.testing.assert_array_equal(*after_resume)
+
+
+def test_a_jobs_arrays_travel_out_of_band_as_writable_views_of_its_blob():
+    """The recomputation children unpickle a job without copying its arrays: they are views
+    of the blob, writable when it is a bytearray (like the pool's own payload)."""
+    from benchmark.federation.recompute import load_job, snapshot
+
+    payload = {"table": np.arange(4096, dtype=np.float32).reshape(64, 64), "name": "t"}
+    blob = bytearray(snapshot(own_row, payload))
+    fn, loaded = load_job(blob)
+    assert fn.__name__ == "own_row" and loaded["name"] == "t"
+    np.testing.assert_array_equal(loaded["table"], payload["table"])
+    assert np.shares_memory(loaded["table"], np.frombuffer(blob, dtype=np.uint8))
+    loaded["table"][0, 0] = -1.0  # writable, and only the blob changes
+    assert payload["table"][0, 0] == 0.0
+    with pytest.raises(ValueError, match="malformed job"):
+        load_job(blob[:-1])

@@ -18,15 +18,17 @@ the jobs' pickles name, and those earlier calls imported) and forks; it never re
 function, a payload or a record. Per release it forks a *release worker*, which receives
 the pickled job once and relays; per sampled client the release worker forks a child that
 unpickles the job and computes that client's row, without the release's socket (so it
-cannot read the next client's records). torch and the method's modules are thus imported
-once per run, and each recomputation costs a fork (tens of milliseconds) on top of the
-call itself.
+cannot read the next client's records). The job's large buffers travel out of band
+(:func:`snapshot`): a child unpickles only the pickle stream, its arrays views of the
+release worker's copy, so a 100 MB payload is not copied once per sampled client. torch
+and the method's modules are thus imported once per run, and each recomputation costs a
+fork (milliseconds) on top of the call itself.
 
 Protocol on a release worker's socket (frames of an 8-byte little-endian length and a
 body):
 
 1. worker → pool: ``b"I"`` and its pid (its process group, which the pool can kill);
-2. pool → worker: a plain pickle of ``{"kind", "threads", "cuda"}``, then the cloudpickle of
+2. pool → worker: a plain pickle of ``{"kind", "threads", "cuda"}``, then the snapshot of
    ``(function, payload)``;
 3. per client, pool → worker: a plain pickle of ``(records, seed)``; worker → pool: ``b"R"``
    and an ``.npz`` of the output arrays, or ``b"E"`` and the exception's type name (not its
@@ -305,7 +307,7 @@ def _modules_in(job: bytes) -> list[str]:
     zygote before it forks costs one import per run, not one per worker (a string that
     merely equals a module's name adds a harmless import)."""
     names: dict[str, None] = {}
-    for _, arg, _ in pickletools.genops(job):
+    for _, arg, _ in pickletools.genops(_job_parts(job)[0].tobytes()):
         if isinstance(arg, str) and arg in sys.modules:
             names[arg] = None
     return list(names)
@@ -321,16 +323,52 @@ def _torch_state() -> dict[str, Any]:
 
 
 def snapshot(fn: Any, payload: Any) -> bytes:
-    """The function and payload as they are now, before any client of the release ran."""
+    """The function and payload as they are now, before any client of the release ran.
+
+    Pickled with protocol 5, the large contiguous buffers (numpy arrays: a payload of
+    embeddings, a scorer's tables) out of band: the blob is a count, the parts' lengths,
+    the pickle stream and then each buffer, so :func:`load_job` unpickles it without
+    copying them, and a recomputation child forked for each sampled client reuses its
+    parent's copy of the buffers instead of copying them again."""
     import cloudpickle
 
+    buffers: list[pickle.PickleBuffer] = []
     try:
-        return cloudpickle.dumps((fn, payload), protocol=pickle.HIGHEST_PROTOCOL)
+        stream = cloudpickle.dumps((fn, payload), protocol=5, buffer_callback=buffers.append)
+        parts = [memoryview(stream), *(buffer.raw() for buffer in buffers)]
     except Exception as exc:
         raise PrivacyError(
             "the client-side function and its payload must be picklable: the pool recomputes "
             f"sampled clients in a separate process ({type(exc).__name__}: {exc})"
         ) from exc
+    lengths = b"".join(_HEADER.pack(part.nbytes) for part in parts)
+    return b"".join([_HEADER.pack(len(parts)), lengths, *parts])
+
+
+def _job_parts(blob: bytes | bytearray) -> list[memoryview]:
+    """The pickle stream and the out-of-band buffers of a :func:`snapshot`, as views of
+    ``blob`` (no copies); ``ValueError`` if the layout does not add up."""
+    view = memoryview(blob)
+    (count,) = _HEADER.unpack_from(view, 0)
+    offset = _HEADER.size * (count + 1)
+    if count < 1 or offset > view.nbytes:
+        raise ValueError("malformed job: bad part count")
+    parts = []
+    for index in range(count):
+        (size,) = _HEADER.unpack_from(view, _HEADER.size * (index + 1))
+        parts.append(view[offset : offset + size])
+        offset += size
+    if offset != view.nbytes:
+        raise ValueError("malformed job: the parts do not add up to the blob")
+    return parts
+
+
+def load_job(blob: bytes | bytearray) -> tuple[Any, Any]:
+    """``(fn, payload)`` of a :func:`snapshot`. Its arrays are views of ``blob``: writable
+    when ``blob`` is a ``bytearray`` (as the pool's own payload is), so a client function
+    behaves the same in the client worker and in its recomputation."""
+    stream, *buffers = _job_parts(blob)
+    return pickle.loads(stream, buffers=buffers)
 
 
 def _load_rows(body: bytes) -> Rows:
@@ -370,9 +408,9 @@ def run_alone(kind: str, fn: Any, payload: Any, records: list[dict[str, Any]], s
         return output_rows(kind, fn(records))
 
 
-def _answer(meta: dict[str, Any], job: bytes, call: bytes) -> bytes:
+def _answer(meta: dict[str, Any], job: bytearray, call: bytes) -> bytes:
     try:
-        fn, payload = pickle.loads(job)
+        fn, payload = load_job(job)
         torch = sys.modules.get("torch")  # imported when the job needs it
         if torch is not None and meta["threads"]:
             torch.set_num_threads(meta["threads"])
@@ -395,6 +433,7 @@ def serve(stream: BinaryIO, fd: int) -> None:
     if header is None or job is None:
         return
     meta = pickle.loads(header)
+    job = bytearray(job)  # the children's arrays are writable views of it (load_job)
     before = set(sys.modules)
     while (call := read_frame(stream)) is not None:
         answer, imported = _alone(meta, job, call, fd, before)
@@ -404,7 +443,7 @@ def serve(stream: BinaryIO, fd: int) -> None:
 
 
 def _alone(
-    meta: dict[str, Any], job: bytes, call: bytes, fd: int, before: set[str]
+    meta: dict[str, Any], job: bytearray, call: bytes, fd: int, before: set[str]
 ) -> tuple[bytes, bytes | None]:
     """One client's answer, computed in a child forked for it: module state left by the
     client before cannot reach it, and without the release's socket (``fd``, closed in the

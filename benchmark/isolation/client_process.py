@@ -42,6 +42,7 @@ import numpy as np
 
 from benchmark.federation.clients import ClientBatch, ClientData, client_scope, seeded_rngs
 from benchmark.federation.costs import count_payload
+from benchmark.federation.recompute import load_job
 from benchmark.isolation import wire
 from benchmark.isolation.sandbox import Policy, sandbox_environment
 from benchmark.privacy.errors import PrivacyError
@@ -209,7 +210,7 @@ def _send_batch(rows: Any, stream: Any, shared_fd: int) -> None:
 def _rows(
     clients: list[ClientData], header: dict[str, Any], job: bytes, stream: Any, shared_fd: int
 ) -> None:
-    fn, payload = pickle.loads(job)
+    fn, payload = load_job(bytearray(job))
     floats, texts = count_payload(payload)
     indices, seeds = header["indices"], header["seeds"]
     with client_scope():
