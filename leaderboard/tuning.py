@@ -8,12 +8,15 @@ such a grid, on the isolated path like any suite run, and selects the point whos
 scores best on a *validation* metric. A metric computed on the test clients is refused:
 a leaderboard that selects on test ranks its selection, not its methods.
 
-What is kept: every candidate's run record (signed, in the store's ``_records/``, so a
-candidate is never run twice and the suite's own run of the selected point at the same
-seed is reused), and a signed report in ``<version>/<split>/_tuning/`` with each point's
-validation score and the selection, never a test number. ``leaderboard verify`` checks the
-report against the kept records. The selected parameters become the suite's
-``method_params`` by an edit of :mod:`leaderboard.suites` that cites the report.
+Candidates are evaluated on the selection metric alone (``next_token``: the validation
+top-1 that selects, and the test numbers it always computes, which the report leaves out);
+on ``bench`` the full evaluation (FID, audits, the canary audit) is two thirds of a DP-FL
+run's time. What is kept: every candidate's run record (signed, in the store's
+``_records/``, so a candidate is never run twice), and a signed report in
+``<version>/<split>/_tuning/`` with each point's validation score and the selection, never
+a test number. ``leaderboard verify`` checks the report against the kept records. The
+selected parameters become the suite's ``method_params`` by an edit of
+:mod:`leaderboard.suites` that cites the report.
 
 Not accounted: the candidates' runs read the same private clients, so releasing only the
 best of them costs more privacy than one run's ε (Papernot & Steinke 2022). The papers do
@@ -26,6 +29,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +53,15 @@ def check_selectable(metric: str) -> None:
             f"select: {metric!r} is not a validation metric; fedsynth selects on validation, "
             f"never on test (e.g. {DEFAULT_SELECT})"
         )
+
+
+def selection_metric(suite: Suite, select: str) -> dict[str, Any]:
+    """The suite's metric (with its settings) that records ``select``."""
+    name = select.partition(".")[0]
+    for metric in suite.metrics:
+        if metric["name"] == name:
+            return metric
+    raise ValueError(f"select: suite {suite.name} does not measure {name!r}")
 
 
 def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
@@ -87,6 +100,7 @@ def tune(
     seed) for every point of ``grid`` (overriding the suite's method parameters), select on
     ``select``, and write the signed report; returns it and its path."""
     check_selectable(select)
+    measured = replace(suite, metrics=(selection_metric(suite, select),))
     if method not in suite.methods:
         raise ValueError(f"method: {method!r} is not in suite {suite.name}")
     epsilon = suite.budgets(method)[0] if epsilon is None else epsilon
@@ -96,7 +110,7 @@ def tune(
     points = grid_points(grid)
     store = open_store(suite, results_root, splits_root)
     jobs = [
-        Job(str(i), suite.spec(method, epsilon, seed, store.split_path, point))
+        Job(str(i), measured.spec(method, epsilon, seed, store.split_path, point))
         for i, point in enumerate(points)
     ]
     found: dict[int, tuple[str, float]] = {}

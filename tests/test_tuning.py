@@ -1,13 +1,13 @@
 """Hyperparameter selection on validation (leaderboard/tuning.py): a grid of suite runs,
 the selection on a validation metric, a signed report that verify checks."""
 
-import dataclasses
 import json
 import shutil
 
 import pytest
 
 from benchmark.cli.suite import parse_grid
+from leaderboard.store import record_files
 from leaderboard.suites import SUITES
 from leaderboard.tuning import best_index, grid_points, tune
 from leaderboard.verify import verify_tree
@@ -25,7 +25,7 @@ def test_a_grid_is_every_combination_in_order_and_a_diverged_run_never_wins():
 
 
 def test_tuning_selects_on_validation_keeps_its_runs_and_verify_checks_the_report(tmp_path):
-    suite = dataclasses.replace(SUITES["tiny"], metrics=({"name": "next_token", "settings": {}},))
+    suite = SUITES["tiny"]
     roots = {"results_root": tmp_path / "results", "splits_root": tmp_path / "splits"}
     grid = {"client_lr": [0.0, 0.05]}
     with pytest.raises(ValueError, match="never on test"):
@@ -38,6 +38,13 @@ def test_tuning_selects_on_validation_keeps_its_runs_and_verify_checks_the_repor
     assert report["selected"] == report["candidates"][values.index(max(values))]["params"]
     assert "next_token.top1" not in json.dumps(report)  # no test number in the report
     assert verify_tree(roots["results_root"]) == []
+    (record,) = [
+        r
+        for r in record_files(roots["results_root"])
+        if report["candidates"][0]["run_key"] in r.name
+    ]
+    metrics = json.loads(record.read_text())["spec"]["evaluation"]["metrics"]
+    assert [m["name"] for m in metrics] == ["next_token"]  # candidates measure what selects
 
     # The candidates' records are kept: tuning again on a fresh machine runs nothing.
     shutil.rmtree(tmp_path / "r1")
