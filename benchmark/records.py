@@ -16,7 +16,7 @@ from benchmark.spec import ResolvedSpec
 SCHEMA_VERSION = 1
 
 
-def _finite_or_str(value: float) -> float | str:
+def json_epsilon(value: float) -> float | str:
     return value if math.isfinite(value) else "inf"
 
 
@@ -42,7 +42,7 @@ def _group_epsilons(ledger: PrivacyLedger, delta: float, accountant: str) -> dic
     from benchmark.privacy.accountants import group_epsilons
 
     by_group = group_epsilons(ledger.releases, delta, accountant)
-    return {"group_epsilons": {g: _finite_or_str(e) for g, e in by_group.items()}}
+    return {"group_epsilons": {g: json_epsilon(e) for g, e in by_group.items()}}
 
 
 def build_record(
@@ -71,8 +71,8 @@ def build_record(
         "contamination": contamination(split.manifest, profile.describe().get("generator", "")),
         "method": {"name": spec.method.name, "role": role, "config": resolved.method_config},
         "privacy": {
-            "epsilon": _finite_or_str(epsilon),
-            "epsilon_budget": _finite_or_str(spec.privacy.epsilon),
+            "epsilon": json_epsilon(epsilon),
+            "epsilon_budget": json_epsilon(spec.privacy.epsilon),
             "delta": spec.privacy.delta,
             "unit": spec.privacy.unit,
             "accountant": spec.privacy.accountant,

@@ -73,6 +73,7 @@ from typing import Any, Protocol
 from tqdm import tqdm
 
 from benchmark.data import CLIENT_ID, DATE, LABEL, PARTS, SOURCE_ID, STRONG, TEXT
+from benchmark.files import atomic_write
 
 from . import manifest as mf
 from . import partitioners, storage
@@ -311,13 +312,11 @@ def fetch_records(
                 f"source {source.name!r} yielded {type(record).__name__}, not SourceRecord"
             )
         records.append(record)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".partial")
-    with tmp.open("w", encoding="utf-8") as handle:
-        handle.write(json.dumps({"fetched_at": fetched_at, "source": source.name}) + "\n")
-        for record in records:
-            handle.write(json.dumps(dataclasses.asdict(record), ensure_ascii=False) + "\n")
-    tmp.replace(path)
+    # Atomic and private to this process: two runs that fetch one source at once (a suite's
+    # parallel workers) each write their own temporary file, and either rename wins whole.
+    lines = [json.dumps({"fetched_at": fetched_at, "source": source.name})]
+    lines += [json.dumps(dataclasses.asdict(record), ensure_ascii=False) for record in records]
+    atomic_write(path, "\n".join(lines) + "\n")
     return records, fetched_at
 
 

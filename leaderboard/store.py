@@ -16,6 +16,7 @@ from benchmark.files import atomic_write
 from benchmark.registry import UnsafePathError, path_under, valid_name
 from leaderboard.entries import integrity_digest
 from leaderboard.schema import EntryError, validate_entry
+from leaderboard.selection import grid_digest
 
 INDEX_NAME = ".index.sqlite"
 
@@ -92,17 +93,23 @@ def record_files(root: Path) -> list[Path]:
 TUNING_DIR = "_tuning"
 
 
-def write_tuning(root: Path, lb_version: str, split_name: str, report: dict[str, Any]) -> Path:
-    """``<version>/<split>/_tuning/<method>__eps<ε>__seed<seed>.json``: one hyperparameter
-    selection (:mod:`leaderboard.tuning`), beside the kept records of its candidate runs."""
+def tuning_path(root: Path, report: dict[str, Any]) -> Path:
+    """``<version>/<split>/_tuning/<method>__eps<ε>__seed<seed>__<digest>.json``: where one
+    hyperparameter selection (:mod:`leaderboard.tuning`) lives, beside the kept records of
+    its candidate runs; the digest names what it compared (grid and metric)."""
     if not valid_name(report["method"]):
         raise EntryError(f"method: {report['method']!r} is not a valid method name")
-    version = path_under(root, lb_version, where="leaderboard_version")
-    tuning = path_under(version, split_name, where="split.name") / TUNING_DIR
+    version = path_under(root, report["leaderboard_version"], where="leaderboard_version")
+    tuning = path_under(version, report["split"], where="split") / TUNING_DIR
     eps = report["epsilon"]
     label = eps if isinstance(eps, str) else f"{eps:g}"
-    name = f"{report['method']}__eps{label}__seed{report['seed']}.json"
-    path = path_under(tuning, name, where="tuning report")
+    digest = grid_digest(report["grid"], report["select"])
+    name = f"{report['method']}__eps{label}__seed{report['seed']}__{digest}.json"
+    return path_under(tuning, name, where="tuning report")
+
+
+def write_tuning(root: Path, report: dict[str, Any]) -> Path:
+    path = tuning_path(root, report)
     atomic_write(path, json.dumps(report, indent=1, sort_keys=True) + "\n")
     return path
 

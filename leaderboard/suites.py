@@ -13,9 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from typing import TYPE_CHECKING, Any
 
 from benchmark.data import FederatedSplit
 from benchmark.spec import RunSpec, spec_from_dict
@@ -29,6 +27,9 @@ from leaderboard.store import (
     write_record,
     write_version,
 )
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 PUBLISHED_METHODS = (
     "public_only",

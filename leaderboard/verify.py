@@ -16,6 +16,7 @@ from benchmark.privacy.accountants import epsilon_from_ledger, group_epsilons
 from benchmark.privacy.ledger import UNCHARGED, PrivacyLedger
 from leaderboard.entries import build_entry, version_of
 from leaderboard.schema import EntryError
+from leaderboard.selection import check_report
 from leaderboard.signing import check_signature, keyring, sign_entry, verified_body
 from leaderboard.store import (
     VERSION_FILE,
@@ -24,9 +25,11 @@ from leaderboard.store import (
     read_entry,
     record_files,
     tuning_files,
+    tuning_path,
     write_entry,
 )
-from leaderboard.tuning import check_report
+
+MALFORMED = (EntryError, ValueError, KeyError, TypeError, AttributeError)
 
 EPSILON_TOLERANCE = 1e-6
 
@@ -126,17 +129,24 @@ def verify_tree(
     problems += refused
     if trusted is not None:
         keys = {kid: key for kid, key in keys.items() if kid in trusted}
-    records = {}
+    records: dict[str, dict[str, Any]] = {}
+    kept_at: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}  # (version, split) → records
     for path in record_files(root):
         try:
             record = verified_body(json.loads(path.read_text()), keys)
             records[record["run_key"]] = record
-        except (EntryError, ValueError, KeyError) as exc:
+            place = (path.parents[2].name, path.parents[1].name)
+            kept_at.setdefault(place, {})[record["run_key"]] = record
+        except MALFORMED as exc:
             problems.append((path, f"run record: {exc}"))
     for path in tuning_files(root):
         try:
-            check_report(verified_body(json.loads(path.read_text()), keys), records)
-        except (EntryError, ValueError, KeyError) as exc:
+            report = verified_body(json.loads(path.read_text()), keys)
+            if tuning_path(root, report) != path:  # a copy filed under another cell
+                raise ValueError("stored at the wrong place for its cell")
+            place = (report["leaderboard_version"], report["split"])
+            check_report(report, kept_at.get(place, {}))
+        except MALFORMED as exc:
             problems.append((path, f"tuning report: {exc}"))
     for path in entry_files(root):
         try:

@@ -302,8 +302,11 @@ def test_a_jobs_arrays_travel_out_of_band_as_writable_views_of_its_blob():
     fn, loaded = load_job(blob)
     assert fn.__name__ == "own_row" and loaded["name"] == "t"
     np.testing.assert_array_equal(loaded["table"], payload["table"])
-    assert np.shares_memory(loaded["table"], np.frombuffer(blob, dtype=np.uint8))
+    base = np.frombuffer(blob, dtype=np.uint8)
+    assert np.shares_memory(loaded["table"], base)
+    assert (loaded["table"].ctypes.data - base.ctypes.data) % 64 == 0  # aligned parts
     loaded["table"][0, 0] = -1.0  # writable, and only the blob changes
     assert payload["table"][0, 0] == 0.0
-    with pytest.raises(ValueError, match="malformed job"):
-        load_job(blob[:-1])
+    for malformed in (blob[:-1], blob[:3]):
+        with pytest.raises(ValueError, match="malformed job"):
+            load_job(malformed)

@@ -193,6 +193,8 @@ def parse_grid(options: tuple[str, ...]) -> dict[str, list[Any]]:
         name, sep, values = option.partition("=")
         if not sep or not name.strip() or not values.strip():
             raise click.BadParameter(f"{option!r}: expected name=v1,v2,...", param_hint="--grid")
+        if name.strip() in grid:
+            raise click.BadParameter(f"{name.strip()} given twice", param_hint="--grid")
         grid[name.strip()] = [_json_or_text(v.strip()) for v in values.split(",")]
     return grid
 
@@ -217,7 +219,13 @@ def _json_or_text(value: str) -> Any:
     "--grid client_lr=0.001,0.01,0.1 --grid clip_norm=0.01,0.1,1.0 (paper 000's grid).",
 )
 @click.option("--epsilon", type=float, default=None, help="Budget (default: the suite's first).")
-@click.option("--seed", type=int, default=None, help="Seed (default: the budget's first).")
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Seed (default: the budget's first; one outside the suite's keeps the tuning's "
+    "noise draws apart from the reported runs').",
+)
 @click.option(
     "--select",
     default="next_token.validation_top1",
@@ -236,8 +244,9 @@ def suite_tune(
     seed: int | None,
     select: str,
 ) -> None:
-    """Select METHOD's parameters on validation over a grid at one (ε, seed) of SUITE_NAME;
+    """Select METHOD's parameters on validation over a grid at one budget of SUITE_NAME;
     writes a signed report beside the runs' kept records (leaderboard/tuning.py)."""
+    from benchmark.isolation.coordinator import MethodError
     from leaderboard.suites import get_suite
     from leaderboard.tuning import tune
 
@@ -248,7 +257,7 @@ def suite_tune(
             runs_root=Path(runs), splits_root=Path(splits), epsilon=epsilon, seed=seed,
             select=select, on_run=lambda label: click.echo(f"finished: {label}"),
         )  # fmt: skip
-    except (SpecError, RegistryError, PrivacyError, ValueError) as exc:
+    except (SpecError, RegistryError, PrivacyError, ValueError, MethodError) as exc:
         raise click.ClickException(str(exc)) from exc
     for candidate in report["candidates"]:
         chosen = " *" if candidate["params"] == report["selected"] else ""

@@ -43,7 +43,8 @@ from benchmark.privacy.ledger import (
 ClientFn = Callable[[ClientData, Any], np.ndarray]
 BatchFn = Callable[[ClientBatch, Any], np.ndarray]
 # A client-side job: the function and its payload, live (run in this process) or as the
-# cloudpickle an isolated method process sent (run by a client worker, never unpickled here).
+# snapshot an isolated method process sent (recompute.snapshot: run by a client worker, never
+# unpickled here).
 Job = tuple[Any, Any] | bytes
 
 

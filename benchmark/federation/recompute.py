@@ -70,6 +70,7 @@ CLIENT, BATCH, ENCODE = "client", "batch", "encode"
 RTOL, ATOL = 1e-4, 1e-5  # float32 accumulation in another order; ATOL scales with the row
 GRACE_S = 300.0  # start-up and unpickling allowance on top of 4x the pool's own time
 _HEADER = struct.Struct("<Q")
+ALIGN = 64  # a job's parts start at multiples of this (its arrays come out aligned)
 
 Rows = dict[str, np.ndarray]
 
@@ -307,9 +308,12 @@ def _modules_in(job: bytes) -> list[str]:
     zygote before it forks costs one import per run, not one per worker (a string that
     merely equals a module's name adds a harmless import)."""
     names: dict[str, None] = {}
-    for _, arg, _ in pickletools.genops(_job_parts(job)[0].tobytes()):
-        if isinstance(arg, str) and arg in sys.modules:
-            names[arg] = None
+    try:
+        for _, arg, _ in pickletools.genops(_job_parts(job)[0].tobytes()):
+            if isinstance(arg, str) and arg in sys.modules:
+                names[arg] = None
+    except Exception as exc:  # a method process sent bytes that are not a snapshot
+        raise PrivacyError(f"the client-side job is not a snapshot ({exc})") from exc
     return list(names)
 
 
@@ -327,28 +331,46 @@ def snapshot(fn: Any, payload: Any) -> bytes:
 
     Pickled with protocol 5, the large contiguous buffers (numpy arrays: a payload of
     embeddings, a scorer's tables) out of band: the blob is a count, the parts' lengths,
-    the pickle stream and then each buffer, so :func:`load_job` unpickles it without
-    copying them, and a recomputation child forked for each sampled client reuses its
-    parent's copy of the buffers instead of copying them again."""
+    then the pickle stream and each buffer, every part starting at a multiple of
+    ``ALIGN`` bytes, so :func:`load_job` unpickles it without copying them (into aligned
+    arrays), and a recomputation child forked for each sampled client reuses its parent's
+    copy of the buffers instead of copying them again. A buffer that is not contiguous
+    stays in the stream."""
     import cloudpickle
 
-    buffers: list[pickle.PickleBuffer] = []
+    raws: list[memoryview] = []
+
+    def out_of_band(buffer: pickle.PickleBuffer) -> bool:
+        try:
+            raws.append(buffer.raw())
+        except BufferError:
+            return True  # in band
+        return False
+
     try:
-        stream = cloudpickle.dumps((fn, payload), protocol=5, buffer_callback=buffers.append)
-        parts = [memoryview(stream), *(buffer.raw() for buffer in buffers)]
+        stream = cloudpickle.dumps((fn, payload), protocol=5, buffer_callback=out_of_band)
     except Exception as exc:
         raise PrivacyError(
             "the client-side function and its payload must be picklable: the pool recomputes "
             f"sampled clients in a separate process ({type(exc).__name__}: {exc})"
         ) from exc
-    lengths = b"".join(_HEADER.pack(part.nbytes) for part in parts)
-    return b"".join([_HEADER.pack(len(parts)), lengths, *parts])
+    parts = [memoryview(stream), *raws]
+    head = _HEADER.pack(len(parts)) + b"".join(_HEADER.pack(part.nbytes) for part in parts)
+    chunks: list[bytes | memoryview] = [head]
+    position = len(head)
+    for part in parts:
+        padding = -position % ALIGN
+        chunks += [bytes(padding), part]
+        position += padding + part.nbytes
+    return b"".join(chunks)
 
 
 def _job_parts(blob: bytes | bytearray) -> list[memoryview]:
     """The pickle stream and the out-of-band buffers of a :func:`snapshot`, as views of
     ``blob`` (no copies); ``ValueError`` if the layout does not add up."""
     view = memoryview(blob)
+    if view.nbytes < _HEADER.size:
+        raise ValueError("malformed job: too short")
     (count,) = _HEADER.unpack_from(view, 0)
     offset = _HEADER.size * (count + 1)
     if count < 1 or offset > view.nbytes:
@@ -356,6 +378,7 @@ def _job_parts(blob: bytes | bytearray) -> list[memoryview]:
     parts = []
     for index in range(count):
         (size,) = _HEADER.unpack_from(view, _HEADER.size * (index + 1))
+        offset += -offset % ALIGN
         parts.append(view[offset : offset + size])
         offset += size
     if offset != view.nbytes:

@@ -1,7 +1,8 @@
 """The client worker: the process that holds the train shards and runs client-side code.
 
-A method's client-side functions arrive here as cloudpickled blobs (from the method's
-process, forwarded unopened by the coordinator). The worker runs them on its clients, as
+A method's client-side functions arrive here as snapshot blobs (``recompute.snapshot``: a
+protocol-5 pickle with its arrays out of band), from the method's process, forwarded
+unopened by the coordinator. The worker runs them on its clients, as
 :class:`~benchmark.federation.pool.ClientPool` would in process (inside
 :func:`client_scope`, under :func:`seeded_rngs` with the seeds the coordinator sends), and
 returns per-client rows as ``.npy`` arrays (a large batch through a shared memory file),
