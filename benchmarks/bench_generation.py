@@ -10,7 +10,10 @@ CPU has native bf16 kernels), so that a change to the sampling path is judged as
 the same machine and the same run.
 
     python benchmarks/bench_generation.py [--texts 32] [--batch 8 16 32] [--threads 2]
-        [--precision fp32 bf16-autocast] [--filler]
+        [--precision fp32 bf16-autocast] [--filler] [--reference]
+
+``--reference`` also times transformers' ``generate`` on the same sorted, left-padded
+batches: the ratio to the generator's own decode loop (``HFGenerator._decode``).
 """
 
 from __future__ import annotations
@@ -47,6 +50,32 @@ def measure_generate(generator, batch: int, n: int, words: int, new_tokens: int)
     return f"{tokens / seconds:.0f} | {n / seconds:.2f} | {seconds * 1000 / n:.0f}"
 
 
+def measure_reference(generator, batch: int, n: int, words: int, new_tokens: int) -> str:
+    """transformers' own ``generate`` on the same batches (the decode loop's reference)."""
+    from transformers import GenerationConfig
+
+    from benchmark.profiles.seeding import seeded
+
+    config = GenerationConfig(
+        max_new_tokens=new_tokens, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+        eos_token_id=generator.model.generation_config.eos_token_id,
+        pad_token_id=generator.tokenizer.pad_token_id,
+    )  # fmt: skip
+    rows = sorted(generator.encode_prompts(prompts(n, words), chat=False), key=len)
+    began = time.perf_counter()
+    tokens = 0
+    with torch.no_grad(), seeded(0), generator.sampling_context():
+        for start in range(0, n, batch):
+            ids, mask = generator.left_pad(rows[start : start + batch])
+            out = generator.model.eval().generate(
+                input_ids=ids, attention_mask=mask, generation_config=config
+            )
+            new = out[:, ids.shape[1] :]
+            tokens += int((new != generator.tokenizer.pad_token_id).sum())
+    seconds = time.perf_counter() - began
+    return f"{tokens / seconds:.0f} | {n / seconds:.2f} | {seconds * 1000 / n:.0f}"
+
+
 def measure_fill(filler, batch: int, n: int) -> str:
     filler.batch_size = batch
     began = time.perf_counter()
@@ -68,6 +97,11 @@ def main() -> None:
         choices=["fp32", "bf16-autocast"],
     )
     parser.add_argument("--filler", action="store_true", help="also the span filler (PE)")
+    parser.add_argument(
+        "--reference",
+        action="store_true",
+        help="also transformers' generate on the same batches (the decode loop's ratio)",
+    )
     args = parser.parse_args()
     profile = CpuProfile()
     generator = profile.generator()
@@ -77,6 +111,9 @@ def main() -> None:
             generator, b, args.texts, w, args.new_tokens))
         for words, label in ((180, "3-shot prompt (~240 tok)"), (20, "short prompt (~25 tok)"))
     ]  # fmt: skip
+    if args.reference:
+        cases.append(("transformers generate, 3-shot prompt", lambda b: measure_reference(
+            generator, b, args.texts, 180, args.new_tokens)))  # fmt: skip
     if args.filler:
         filler = profile.masked_filler()
         cases.append(("span filler, 64-tok text, 30 % masked", lambda b: measure_fill(

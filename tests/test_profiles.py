@@ -14,8 +14,10 @@ import torch
 
 from benchmark.profiles import ModelUnavailableError, cache_dir, get_profile
 from benchmark.profiles.base import SamplingParams
-from benchmark.profiles.fillers import CausalSpanFiller, MLMFiller, choose_mask, sample_tokens
+from benchmark.profiles.fillers import CausalSpanFiller, MLMFiller, choose_mask
+from benchmark.profiles.hf_generator import sample_tokens
 from benchmark.profiles.packaged import packaged_file
+from benchmark.profiles.tiny import TinyProfile
 from benchmark.profiles.tiny_corpus import TINY_CORPUS
 from benchmark.profiles.tokenizer_builders import (
     TINY_VOCAB_SIZE,
@@ -219,6 +221,34 @@ def test_sample_tokens_bans_and_nucleus():
     assert not (sample_tokens(logits, 1.0, 1.0, banned=[0]) == 0).any()
     assert (sample_tokens(logits, 1.0, 1e-6, banned=[]) == 0).all()
     assert (sample_tokens(logits, 0.0, 1.0, banned=[0]) == 1).all()
+
+
+def test_sample_tokens_draws_each_token_with_its_probability():
+    torch.manual_seed(0)
+    probs = torch.tensor([0.0, 0.5, 0.3, 0.2, 0.0])
+    rows = 40_000
+    drawn = sample_tokens(probs.log().expand(rows, -1), 1.0, 1.0)
+    freq = torch.bincount(drawn, minlength=5).double() / rows
+    assert freq[0] == 0 and freq[4] == 0  # probability 0 at either end: never drawn
+    # 5 standard errors of a binomial share: fails for a wrong CDF inversion, not by chance
+    assert torch.allclose(freq, probs.double(), atol=5 * (0.25 / rows) ** 0.5)
+
+
+def test_greedy_decoding_matches_transformers_generate():
+    """The generator's own decode loop (KV cache, left padding, padding after an end) gives
+    what transformers' ``generate`` gives greedily, on prompts of different lengths."""
+    generator = TinyProfile().generator()
+    prompts = ["the river", "a stone in the garden of the king", "music"]
+    params = SamplingParams(max_new_tokens=12, temperature=0.0, top_p=1.0, seed=0)
+    ours = generator.generate(prompts, params, chat=False)
+    ids, mask = generator.left_pad(generator.encode_prompts(prompts, chat=False))
+    with torch.no_grad():
+        seqs = generator.model.eval().generate(
+            input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=12,
+            pad_token_id=generator.tokenizer.pad_token_id,
+        )  # fmt: skip
+    theirs = generator.tokenizer.batch_decode(seqs[:, ids.shape[1] :], skip_special_tokens=True)
+    assert ours == theirs and any(ours)
 
 
 def _unchanged_fraction(tok, before: str, after: str) -> float:

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from benchmark.profiles.base import MaskedFiller
-from benchmark.profiles.hf_generator import HFGenerator, start_id
+from benchmark.profiles.hf_generator import HFGenerator, sample_tokens, start_id
 from benchmark.profiles.seeding import seeded
 
 
@@ -38,23 +38,6 @@ def choose_mask(n: int, mask_fraction: float, rng: np.random.Generator) -> np.nd
     mask = np.zeros(n, dtype=bool)
     mask[rng.choice(n, size=k, replace=False)] = True
     return mask
-
-
-def sample_tokens(
-    logits: torch.Tensor, temperature: float, top_p: float, banned: list[int]
-) -> torch.Tensor:
-    """One token per row from ``logits`` (rows x vocab) with temperature and nucleus sampling."""
-    logits = logits.float().clone()
-    logits[:, banned] = float("-inf")
-    if temperature <= 0:
-        return logits.argmax(-1)
-    probs = (logits / temperature).softmax(-1)
-    if top_p < 1.0:
-        sorted_probs, order = probs.sort(-1, descending=True)
-        drop = sorted_probs.cumsum(-1) - sorted_probs >= top_p
-        sorted_probs[drop] = 0.0
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-    return torch.multinomial(probs, 1).squeeze(-1)
 
 
 def _banned_ids(tokenizer: Any) -> list[int]:
