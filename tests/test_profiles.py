@@ -249,6 +249,8 @@ def test_greedy_decoding_matches_transformers_generate():
         )  # fmt: skip
     theirs = generator.tokenizer.batch_decode(seqs[:, ids.shape[1] :], skip_special_tokens=True)
     assert ours == theirs and any(ours)
+    nothing = SamplingParams(max_new_tokens=0, temperature=1.0, top_p=1.0, seed=0)
+    assert generator.generate(prompts, nothing, chat=False) == ["", "", ""]
 
 
 def _unchanged_fraction(tok, before: str, after: str) -> float:

@@ -170,6 +170,8 @@ class HFGenerator(Generator):
         """Up to ``max_new_tokens`` new tokens per row of a left-padded batch (rows x steps,
         padding after a row's end token), one cached forward per step that keeps only the
         last position's logits."""
+        if params.max_new_tokens < 1:
+            return ids.new_zeros((len(ids), 0))
         ends, pad = self._end_ids(), self.tokenizer.pad_token_id
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         out = self.model(
