@@ -40,6 +40,11 @@ def prompts(n: int, words: int) -> list[str]:
     return [f"Example {i}: " + " ".join(text) for i in range(n)]
 
 
+def rates(tokens: int, n: int, seconds: float) -> str:
+    """The table's tokens/s, texts/s and ms per text cells."""
+    return f"{tokens / seconds:.0f} | {n / seconds:.2f} | {seconds * 1000 / n:.0f}"
+
+
 def measure_generate(generator, batch: int, n: int, words: int, new_tokens: int) -> str:
     generator.batch_size = batch
     params = SamplingParams(max_new_tokens=new_tokens, temperature=1.0, top_p=1.0, seed=0)
@@ -47,7 +52,7 @@ def measure_generate(generator, batch: int, n: int, words: int, new_tokens: int)
     texts = generator.generate(prompts(n, words), params, chat=False)
     seconds = time.perf_counter() - began
     tokens = sum(len(generator.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
-    return f"{tokens / seconds:.0f} | {n / seconds:.2f} | {seconds * 1000 / n:.0f}"
+    return rates(tokens, n, seconds)
 
 
 def measure_reference(generator, batch: int, n: int, words: int, new_tokens: int) -> str:
@@ -72,8 +77,7 @@ def measure_reference(generator, batch: int, n: int, words: int, new_tokens: int
             )
             new = out[:, ids.shape[1] :]
             tokens += int((new != generator.tokenizer.pad_token_id).sum())
-    seconds = time.perf_counter() - began
-    return f"{tokens / seconds:.0f} | {n / seconds:.2f} | {seconds * 1000 / n:.0f}"
+    return rates(tokens, n, time.perf_counter() - began)
 
 
 def measure_fill(filler, batch: int, n: int) -> str:

@@ -16,8 +16,8 @@ from typing import Any
 
 # Metric → lower is better. The downstream protocol's validation accuracy is what the
 # papers select their baselines on (paper 000 App. D.2, paper 004 App. D).
-SELECTABLE = {"next_token.validation_top1": False}
 DEFAULT_SELECT = "next_token.validation_top1"
+SELECTABLE = {DEFAULT_SELECT: False}
 
 
 def check_selectable(metric: str) -> bool:

@@ -184,23 +184,14 @@ BENCH_METRICS = (
     CANARY_AUDIT,
 )
 BENCH_FEDERATED = {"rounds": 20, "local_batch_size": 4, "select_every": 5}
+BENCH_PE = {"population_size": 256, "iterations": 3, "lookahead": 1}
 BENCH_PARAMS: dict[str, dict[str, Any]] = {
     "nonprivate": {"epochs": 2},
     "oracle": {"num_texts": BENCH_RELEASE},
     "dp_fedavg": {**BENCH_FEDERATED, "clients_per_round": 100},
     "dp_ftrl": {**BENCH_FEDERATED, "cohort_size": 100},
-    "pre_text": {
-        "population_size": 256,
-        "iterations": 3,
-        "lookahead": 1,
-        "expand_size": BENCH_RELEASE,
-    },
-    "pe_sft": {
-        "population_size": 256,
-        "iterations": 3,
-        "lookahead": 1,
-        "generate_size": BENCH_RELEASE,
-    },
+    "pre_text": {**BENCH_PE, "expand_size": BENCH_RELEASE},
+    "pe_sft": {**BENCH_PE, "generate_size": BENCH_RELEASE},
     "popri": {"num_synthetic": BENCH_RELEASE},
 }
 
