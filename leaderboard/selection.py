@@ -14,10 +14,12 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-# Metric → lower is better. The downstream protocol's validation accuracy is what the
-# papers select their baselines on (paper 000 App. D.2, paper 004 App. D).
+from leaderboard.directions import lower_is_better
+
+# The validation metrics that may select. The downstream protocol's validation accuracy is
+# what the papers select their baselines on (paper 000 App. D.2, paper 004 App. D).
 DEFAULT_SELECT = "next_token.validation_top1"
-SELECTABLE = {DEFAULT_SELECT: False}
+SELECTABLE = (DEFAULT_SELECT,)
 
 
 def check_selectable(metric: str) -> bool:
@@ -28,7 +30,7 @@ def check_selectable(metric: str) -> bool:
             f"select: {metric!r} is not a validation metric; fedsynth selects on validation, "
             f"never on test (selectable: {', '.join(SELECTABLE)})"
         )
-    return SELECTABLE[metric]
+    return lower_is_better(metric)
 
 
 def grid_points(grid: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from leaderboard.directions import lower_is_better
 from leaderboard.entries import audit_exceeds_epsilon
 from leaderboard.store import MANIFESTS_DIR, Row, labelled, rows_by_version
 from leaderboard.tables import (
-    LOWER_IS_BETTER,
     ROLE_ORDER,
     Cell,
     apart_by_unit,
@@ -159,7 +159,7 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
     table = build_table(rows, split, metric)
     rows, _ = apart_by_unit([r for r in rows if r.split == split])  # names as in the table
     head = ["method", "ε", metric_label(metric) + " (mean ± 95% CI)", "gap closed", "seeds"]
-    sign = 1 if metric in LOWER_IS_BETTER else -1
+    sign = 1 if lower_is_better(metric) else -1
 
     def rank(row: Row) -> tuple:
         """Bounds, then the control, then the ranked methods per ε, best first."""

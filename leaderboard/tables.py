@@ -11,13 +11,10 @@ from typing import Any
 
 from benchmark.evaluation.stats import gap_closed
 from benchmark.spec import PRIVACY_UNITS
+from leaderboard.directions import lower_is_better
 from leaderboard.entries import audit_exceeds_epsilon
 from leaderboard.store import Row
 
-# Metrics where smaller is better; everything else is larger-is-better.
-LOWER_IS_BETTER = (
-    "next_token.ce", "fid.fid", "mia.loss_auc", "mia.calibrated_auc", "premia.auc", "dcr.auc",
-)  # fmt: skip
 DEFAULT_METRIC = "next_token.top1"
 # A split leads with the first of these its entries have: next-token accuracy for text
 # splits, the win rate for preference splits (paper 003), then the other tasks' measures.
@@ -59,7 +56,7 @@ def metric_label(metric: str) -> str:
     label = METRIC_LABELS.get(metric, metric)
     if metric in UNDIRECTED or metric.rpartition(".")[2].startswith("n_"):
         return label
-    return f"{label} {'↓' if metric in LOWER_IS_BETTER else '↑'}"
+    return f"{label} {'↓' if lower_is_better(metric) else '↑'}"
 
 
 def role_of(row: Row) -> str:
@@ -95,7 +92,7 @@ class Table:
             "split": self.split,
             "metric": self.metric,
             "label": metric_label(self.metric),
-            "lower_is_better": self.metric in LOWER_IS_BETTER,
+            "lower_is_better": lower_is_better(self.metric),
             "epsilons": [fmt(e) for e in self.epsilons],
             "rows": [
                 {
@@ -189,7 +186,7 @@ def build_table(rows: Sequence[Row], split: str, metric: str | None = None) -> T
         if (scale := anchors.get(r.store, anchors.get("")))
     }
     flagged = {(r.method, r.epsilon_budget) for r in rows if audit_exceeds_epsilon(r.entry)}
-    sign = -1 if metric in LOWER_IS_BETTER else 1
+    sign = -1 if lower_is_better(metric) else 1
     best = {}
     for eps in epsilons:
         contenders = [
