@@ -221,3 +221,58 @@ def test_dp_sgd_trains_and_records_one_poisson_release():
             lr=0.1,
             label="x",
         )
+
+
+def _wide_rows(batch, payload):
+    """A batched client function whose rows (80 x 4,096 float32, 1.25 MiB) go through the
+    client worker's shared memory file."""
+    return np.stack(
+        [np.full(payload, float(c.texts[0]) + 1.0, dtype=np.float32) for c in batch.clients]
+    )
+
+
+def test_a_large_batched_release_streams_in_blocks_and_equals_the_in_process_one(
+    tmp_path, monkeypatch
+):
+    """A batched call's rows larger than SHARED_ROWS_BYTES leave the client worker through
+    shared memory, and the pool reads them in blocks (forced to 64 KiB here, so 20 blocks
+    of 4 rows): the clipped, noised sum is the in-process one, to float32 summation order."""
+    import sys
+
+    import cloudpickle
+
+    from benchmark.federation.recompute import snapshot
+    from benchmark.isolation import client_process
+
+    monkeypatch.setattr(client_process, "SHARED_BLOCK_BYTES", 1 << 16)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    data = {f"c{i:03d}": [{"text": str(i)}] for i in range(80)}
+    dim = 4096
+    assert 80 * dim * 4 > client_process.SHARED_ROWS_BYTES
+    worker = client_process.ClientProcess([data[c] for c in sorted(data)], None, 1, tmp_path)
+    job = snapshot(_wide_rows, dim)  # what an isolated method process sends
+    blocks: list[int] = []
+    row_blocks = ClientPool._row_blocks.__func__
+
+    def counted(cls, outputs, count, dim):
+        for offset, rows in row_blocks(cls, outputs, count, dim):
+            blocks.append(len(rows))
+            yield offset, rows
+
+    monkeypatch.setattr(ClientPool, "_row_blocks", classmethod(counted))
+    try:
+        releases = [
+            ClientPool(data, ledger=PrivacyLedger(), seed=7, **extra)
+            .aggregate(
+                fn, payload, dim=dim, clip_norm=50.0, noise_multiplier=1.0, label="wide",
+                batched=True,
+            )
+            .noisy_sum
+            for fn, payload, extra in ((_wide_rows, dim, {}), (job, None, {"executor": worker}))
+        ]  # fmt: skip
+    finally:
+        worker.close()
+    assert blocks == [80] + [4] * 20  # in process one block, isolated 20
+    np.testing.assert_allclose(releases[1], releases[0], rtol=1e-5, atol=1e-3)
+    expected = sum(min(1.0, 50.0 / ((i + 1.0) * 64.0)) * (i + 1.0) for i in range(80))
+    assert abs(float(np.mean(releases[0])) - expected) < 5 * 50.0 / 64

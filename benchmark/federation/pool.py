@@ -57,8 +57,9 @@ def job_of(client_fn: Any, payload: Any) -> Job:
 class ClientExecutor(Protocol):
     """Where client-side code runs: this process (:class:`InProcessClients`) or a client
     worker (:class:`benchmark.isolation.client_process.ClientProcess`). ``rows`` yields one
-    (1, dim) array per client, or one (n, dim) array for a batched call, and then sets
-    ``payload_counts`` (floats and texts a client downloads)."""
+    (1, dim) array per client, or a batched call's (n, dim) rows as one array or as
+    consecutive blocks of them, and then sets ``payload_counts`` (floats and texts a client
+    downloads)."""
 
     payload_counts: tuple[int, int]
 
@@ -350,6 +351,22 @@ class ClientPool:
             raise PrivacyError(f"client vectors have dim {rows.shape[1]}, declared {dim}")
         return rows
 
+    @classmethod
+    def _row_blocks(
+        cls, outputs: Iterator[Any], count: int, dim: int
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """One call's ``count`` rows as (offset, validated block) pairs: an executor may
+        stream a large batched call's rows in consecutive blocks (so the coordinator holds
+        one block, not hundreds of MB); a per-client call is one block of one row."""
+        offset = 0
+        while offset < count:
+            block = next(outputs, None)
+            block = None if block is None else np.asarray(block)
+            partial = block is not None and block.ndim == 2 and 0 < len(block) < count - offset
+            rows = cls._validated(block, len(block) if partial else count - offset, dim)
+            yield offset, rows
+            offset += len(rows)
+
     @staticmethod
     def _row_sum(rows: np.ndarray, clip_norm: float) -> np.ndarray:
         """Sum of the rows, each scaled to L2 norm at most ``clip_norm``: one pass for the
@@ -412,11 +429,11 @@ class ClientPool:
         start = time.perf_counter()
         outputs = iter(self._executor.rows(job, indices, seeds[:1] if batched else seeds, batched))
         for group in groups:
-            rows = self._validated(next(outputs, None), len(group), dim)
-            for position, i in enumerate(group):
-                kept = rows[position : position + 1] if batched else rows[position]
-                check.submit(i, self._records[i], seed_of[i], {"row": kept})
-            consume(rows)
+            for offset, rows in self._row_blocks(outputs, len(group), dim):
+                for position, i in enumerate(group[offset : offset + len(rows)]):
+                    kept = rows[position : position + 1] if batched else rows[position]
+                    check.submit(i, self._records[i], seed_of[i], {"row": kept})
+                consume(rows)
         if next(outputs, None) is not None:
             raise PrivacyError("the client side sent more rows than clients")
         seconds = time.perf_counter() - start

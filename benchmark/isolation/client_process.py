@@ -48,6 +48,9 @@ from benchmark.isolation import wire
 from benchmark.isolation.sandbox import Policy, sandbox_environment
 from benchmark.privacy.errors import PrivacyError
 
+SHARED_ROWS_BYTES = 1 << 20  # batched rows larger than this go through shared memory
+SHARED_BLOCK_BYTES = 1 << 25  # ... and come out of it in blocks of about this size
+
 
 class ClientFunctionError(PrivacyError):
     """A client-side function raised: the run stops (a raise is itself an unnoised signal)."""
@@ -110,11 +113,16 @@ class ClientProcess:
             if header.get("done"):
                 self.payload_counts = (int(header["floats"]), int(header["texts"]))
                 return
-            yield self._shared_rows(header) if header.get("shared") else wire.array_from(blobs[0])
+            if header.get("shared"):
+                yield from self._shared_rows(header)
+            else:
+                yield wire.array_from(blobs[0])
 
-    def _shared_rows(self, header: dict[str, Any]) -> np.ndarray:
+    def _shared_rows(self, header: dict[str, Any]) -> Iterator[np.ndarray]:
         """A batched call's rows, written by the worker into the shared memory file: numbers
-        of the announced shape, copied out (the worker could still write there)."""
+        of the announced shape, streamed out in blocks of about ``SHARED_BLOCK_BYTES``, each
+        a copy (the worker could still write there), so the pool clips and sums one block
+        while the next is still in the file, never holding all of them at once."""
         try:
             dtype, shape = np.dtype(str(header["dtype"])), tuple(int(n) for n in header["shape"])
         except (TypeError, ValueError, KeyError) as exc:
@@ -123,11 +131,18 @@ class ClientProcess:
             raise PrivacyError("client-side functions must return numbers, one row per client")
         size = shape[0] * shape[1] * dtype.itemsize
         if size == 0:
-            return np.zeros(shape, dtype)
+            yield np.zeros(shape, dtype)
+            return
         if os.fstat(self._rows_fd).st_size < size:
             raise PrivacyError("the client worker announced more rows than it wrote")
+        step = max(1, SHARED_BLOCK_BYTES // (shape[1] * dtype.itemsize))
         with mmap.mmap(self._rows_fd, size, prot=mmap.PROT_READ) as view:
-            return np.frombuffer(view, dtype, shape[0] * shape[1]).reshape(shape).copy()
+            rows = np.frombuffer(view, dtype, shape[0] * shape[1]).reshape(shape)
+            try:
+                for start in range(0, shape[0], step):
+                    yield rows[start : start + step].copy()
+            finally:
+                del rows  # the map closes only once no array views it
 
     def run_all(self, job: bytes) -> bytes:
         """The cloudpickled result of a centralized job, unopened (for the method process)."""
@@ -188,9 +203,6 @@ def _name(value: object) -> str:
 
 
 # --- worker side ---------------------------------------------------------------------------
-
-
-SHARED_ROWS_BYTES = 1 << 20  # batched rows larger than this go through shared memory
 
 
 def _send_batch(rows: Any, stream: Any, shared_fd: int) -> None:

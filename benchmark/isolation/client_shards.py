@@ -48,8 +48,14 @@ class _ShardHost:
     def rows(
         self, job: bytes, indices: list[int], seeds: list[int], batched: bool
     ) -> Iterator[Any]:
-        """Streamed: the rows as the worker computes them, then its payload counts."""
-        yield from self.worker.rows(job, indices, seeds, batched)
+        """Streamed: the rows as the worker computes them (a batched call's blocks joined
+        into the one block per actor that :meth:`ShardedClients._batched` places), then its
+        payload counts."""
+        rows = self.worker.rows(job, indices, seeds, batched)
+        if not batched:
+            yield from rows
+        elif blocks := list(rows):
+            yield np.concatenate(blocks)
         yield self.worker.payload_counts
 
     def memos(self) -> bytes:
