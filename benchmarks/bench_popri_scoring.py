@@ -23,8 +23,9 @@ of ``warm_pool_generic_s``, and ``--independence-checks 0`` shows its cost.
 With ``--isolated`` the round runs as on the isolated path (``benchmark/isolation``): the
 job is pickled (``job_pickle_s``, the method process's hop), sent to a sandboxed client
 worker that runs the scorer and writes the rows into a shared memory file, which the
-coordinator copies out block by block (~32 MB), clipping and summing each, then noises. ``warm_round_s`` then includes every hop;
-the client function's own time is not visible from the coordinator (``nan``).
+coordinator copies out block by block (~32 MB), clipping and summing each, then noises.
+``warm_round_s`` then includes every hop; the client function's own time is not visible
+from the coordinator (``nan``).
 
 Run: ``.venv/bin/python benchmarks/bench_popri_scoring.py [--isolated] [--json out.json]``.
 """
