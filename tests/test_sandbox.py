@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -236,3 +237,33 @@ def test_numpy_and_torch_import_inside_the_sandbox(tree: dict[str, Path]) -> Non
     # torch imports dill, which asks tempfile for a directory it can write: the domain's own
     scratch = tree["rw"]
     assert_ok(run_sandboxed(body, tree["cwd"], tmpdir=scratch, rw=[scratch]))
+
+
+def test_an_untrusted_child_dies_with_its_parent(tmp_path: Path) -> None:
+    """A parent (a coordinator) that ends without closing its children leaves none running:
+    the launched child is killed by the kernel, not left to compute on, unwatched."""
+    parent = """
+    import subprocess, sys, time
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import time; from benchmark.isolation.sandbox import die_with_parent; "
+        "die_with_parent(); print('tied', flush=True); time.sleep(60)"
+    )], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "tied"
+    print(child.pid, "ok", flush=True)
+    """
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(parent)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert_ok(result)
+    status = Path(f"/proc/{int(result.stdout.split()[-2])}/status")
+    for _ in range(100):  # gone, or a zombie waiting for a reaper
+        if not status.exists() or "\tZ" in status.read_text():
+            return
+        time.sleep(0.05)
+    raise AssertionError("the child outlived its parent")

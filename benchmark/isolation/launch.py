@@ -1,4 +1,5 @@
-"""Entry point of an untrusted child process: sandbox first, then import and serve.
+"""Entry point of an untrusted child process: tied to its parent's life, sandboxed, then
+imports and serves.
 
 ``python -m benchmark.isolation.launch ROLE FD...`` applies the sandbox its parent put in
 the environment (:func:`~benchmark.isolation.sandbox.enter_sandbox_from_environment`) while
@@ -23,9 +24,10 @@ ROLES = {
 
 
 def main() -> None:
-    from benchmark.isolation.sandbox import enter_sandbox_from_environment
+    from benchmark.isolation.sandbox import die_with_parent, enter_sandbox_from_environment
 
     role, fds = sys.argv[1], [int(fd) for fd in sys.argv[2:]]
+    die_with_parent()
     enter_sandbox_from_environment()
     importlib.import_module(ROLES[role]).main(*fds)
 
