@@ -196,3 +196,34 @@ def test_client_code_cannot_write_where_the_method_reads(tmp_path):
     with pytest.raises(PrivacyError, match="raised PermissionError"):
         go(tmp_path, spec("adv_client_writes"))
     assert not list(tmp_path.rglob("stash.txt"))
+
+
+def test_a_tiny_suite_record_with_the_canary_audit_is_the_same_on_both_paths(tmp_path):
+    """Issue 11's acceptance 2 for a real suite cell: DP-FedAvg in the tiny suite (KJV split,
+    next-token accuracy and the canary audit), spec-seeded noise: the isolated path's
+    record, audit included, is the in-process path's, apart from timings."""
+    import dataclasses
+
+    from leaderboard.suites import SUITES, ensure_split
+
+    suite = SUITES["tiny"]
+    split_path = ensure_split(suite, tmp_path / "splits")
+    cell = suite.spec("dp_fedavg", 1.0, 0, split_path)
+    cell = dataclasses.replace(
+        cell,
+        privacy=dataclasses.replace(cell.privacy, noise_seed="spec", guarantee="simulated"),
+        evaluation=dataclasses.replace(
+            cell.evaluation,
+            metrics=tuple(
+                m for m in cell.evaluation.metrics if m["name"] in ("next_token", "canary")
+            ),
+        ),
+    )
+    records = [
+        run(cell, runs_root=tmp_path / str(isolated), isolated=isolated).record
+        for isolated in (False, True)
+    ]
+    assert records[0]["metrics"]["canary.canaries"] > 0
+    assert "next_token.top1" in records[0]["metrics"]
+    for part in ("privacy", "metrics"):
+        assert records[0][part] == records[1][part], part
