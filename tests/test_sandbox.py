@@ -59,6 +59,19 @@ def run_sandboxed(
     )
 
 
+def run_python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``code`` (dedented) in a fresh interpreter that imports the harness, no sandbox."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def assert_ok(result: subprocess.CompletedProcess[str]) -> None:
     assert result.returncode == 0, f"child failed:\n{result.stdout}\n{result.stderr}"
     assert result.stdout.strip().endswith("ok"), result.stdout
@@ -214,16 +227,7 @@ def test_restrict_refuses_a_threaded_process(tmp_path: Path) -> None:
     except RuntimeError:
         print("ok")
     """
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert_ok(result)
+    assert_ok(run_python(code, tmp_path))
 
 
 @needs_landlock
@@ -251,15 +255,7 @@ def test_an_untrusted_child_dies_with_its_parent(tmp_path: Path) -> None:
     assert child.stdout.readline().strip() == "tied"
     print(child.pid, "ok", flush=True)
     """
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(parent)],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_python(parent, tmp_path)
     assert_ok(result)
     status = Path(f"/proc/{int(result.stdout.split()[-2])}/status")
     for _ in range(100):  # gone, or a zombie waiting for a reaper
