@@ -131,7 +131,8 @@ def main() -> None:
     parser.add_argument(
         "--llama-cpp",
         action="store_true",
-        help="also llama.cpp on the same GGUF (the llamacpp extra), fp32 rows only",
+        help="also llama.cpp on the same Q4_1 GGUF (the llamacpp extra): one row per prompt "
+        "length and thread count, whatever --batch and --precision say",
     )
     parser.add_argument(
         "--reference",

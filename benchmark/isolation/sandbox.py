@@ -155,7 +155,9 @@ def _add_path_rule(ruleset_fd: int, path: Path, access: int) -> None:
 def die_with_parent() -> None:
     """Have the kernel kill this process (SIGKILL) when its parent ends, so an untrusted
     child of a coordinator that crashed or was killed does not run on, unwatched, on the
-    host; exits at once if the parent is already gone. Linux only (elsewhere nothing)."""
+    host; exits at once if the parent ended while the tie was being made. A parent that
+    ended before this process read its pid is not caught (the window is the interpreter's
+    start-up; the child then ends at its next read of the parent's socket). Linux only."""
     if not sys.platform.startswith("linux"):
         return
     parent = os.getppid()
@@ -163,7 +165,7 @@ def die_with_parent() -> None:
     args = (ctypes.c_ulong(v) for v in (9, 0, 0, 0))  # SIGKILL
     if libc.prctl(ctypes.c_int(_PR_SET_PDEATHSIG), *args) != 0:
         _check(-ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
-    if os.getppid() != parent or parent == 1:
+    if os.getppid() != parent:
         os._exit(1)
 
 
