@@ -1,11 +1,15 @@
-"""Atomic file writes, for every file another process may read while it is written (a
-record, an entry, a cache shared by runs, a download): a reader sees the old file or the
-whole new one, never half of it."""
+"""Files that several processes share. Atomic writes, for every file another process may
+read while it is written (a record, an entry, a cache shared by runs, a download): a reader
+sees the old file or the whole new one, never half of it. An exclusive lock, which keeps
+two processes out of one run directory (two suite workers on one grid)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -23,3 +27,24 @@ def atomic_write(path: Path, data: bytes | str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+class Busy(RuntimeError):
+    """Another process holds the lock."""
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive advisory lock on ``path`` (created if missing) for the block, or
+    raise :class:`Busy` at once if another open of it holds one. The kernel drops the lock
+    when its holder exits, killed or not, so a crashed holder never leaves a stale lock."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise Busy(f"{path} is locked by another process") from exc
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)

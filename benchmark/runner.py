@@ -33,7 +33,7 @@ from benchmark.federation.costs import CostCounters
 from benchmark.federation.local_dp_sgd import LocalLMTrainer
 from benchmark.federation.pool import INDEPENDENCE_CHECKS, ClientPool
 from benchmark.federation.quarantine import Diagnostics
-from benchmark.files import atomic_write
+from benchmark.files import Busy, atomic_write, exclusive_lock
 from benchmark.method import Method, MethodContext
 from benchmark.privacy.errors import BudgetExceededError
 from benchmark.privacy.ledger import PrivacyLedger
@@ -47,6 +47,7 @@ CHECKPOINT = "checkpoint.pt"
 ARTIFACT = "artifact.json"
 RESULT = "result.json"
 POOL_SEED = "pool_seed.secret"
+LOCK = "run.lock"
 CHECKPOINT_KEYS = ("run_key", "next_round", "method_state", "pool", "ledger", "elapsed")
 
 
@@ -66,6 +67,11 @@ CHECKPOINT_TYPES = _checkpoint_types()
 
 class RunInterrupted(RuntimeError):
     """Raised by ``stop_after_round`` to simulate a killed run (used by tests)."""
+
+
+class RunBusy(Busy):
+    """The run is being run by another process (its run directory's lock is held): two
+    suite workers sharing a runs root skip each other's runs instead of corrupting them."""
 
 
 class UnsafeCheckpointError(pickle.UnpicklingError):
@@ -314,10 +320,12 @@ def run(
     split = split or load_run_split(spec)
     units = privacy_units(split, spec.privacy.unit)
     check_delta(spec, len(units))
+    launch: Any = None
+    method_cls: type[Method] | None = None
     if isolated:
         from benchmark.isolation.coordinator import IsolatedLaunch
 
-        launch: Any = IsolatedLaunch(spec, split, profile, plugin, client_actors)
+        launch = IsolatedLaunch(spec, split, profile, plugin, client_actors)
         resolved, role = launch.resolve()
     else:
         resolved, method_cls = resolve(spec, split)
@@ -326,7 +334,35 @@ def run(
     finished = _finished(run_dir, resolved.run_key)
     if finished is not None:  # finished before: the record is the result
         return finished
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with exclusive_lock(run_dir / LOCK):
+            # Another process may have finished it while this one waited for the lock.
+            finished = _finished(run_dir, resolved.run_key)
+            if finished is not None:
+                return finished
+            return _start(
+                spec, resolved, role, split, units, run_dir, profile, stop_after_round,
+                launch, method_cls,
+            )  # fmt: skip
+    except Busy as exc:
+        raise RunBusy(f"run {resolved.run_key} is running in another process") from exc
+
+
+def _start(
+    spec: RunSpec,
+    resolved: ResolvedSpec,
+    role: str,
+    split: FederatedSplit,
+    units: dict[str, list[dict[str, Any]]],
+    run_dir: Path,
+    profile: Any,
+    stop_after_round: int | None,
+    launch: Any,
+    method_cls: type[Method] | None,
+) -> RunResult:
+    """Start or resume the run in ``run_dir``, whose lock this process holds: through
+    ``launch`` (isolated) or in process with ``method_cls``."""
+    isolated = launch is not None
     (run_dir / "spec.json").write_text(json.dumps(resolved.to_dict(), indent=1))
     if profile is None:
         from benchmark.profiles import new_profile
@@ -366,6 +402,7 @@ def run(
         launch.warm(public_start_of(ctx))
         method: Any = launch.method(resolved, pool, run_dir)
     else:
+        assert method_cls is not None
         method = InProcessMethod(method_cls(resolved.method_config), ctx, spec.seed)
     try:
         return _drive(

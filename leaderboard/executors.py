@@ -9,20 +9,23 @@ A run is the same code on either executor, so with ``privacy.noise_seed: spec`` 
 are identical (tested); with a secret seed each run draws its own noise either way.
 
 Ray specifics: a task per run, with the resources its profile needs (one CPU; on ``paper``
-one GPU as well); the workers must see the same paths as the caller (runs, splits, caches),
-i.e. one host or a shared file system. A run's client workers are processes of its task,
+one GPU as well; a run another process holds fails its task rather than waiting in it);
+the workers must see the same paths as the caller (runs, splits, caches), i.e. one host or
+a shared file system. A run's client workers are processes of its task,
 or Ray actors with ``client_actors`` (:mod:`benchmark.isolation.client_shards`).
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from benchmark.data import FederatedSplit
+from benchmark.files import Busy
 from benchmark.spec import RunSpec
 
 EXECUTORS = ("local", "ray")
@@ -88,11 +91,34 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """The runs one after another, in this process."""
+    """The runs one after another, in this process. A run that another process is running
+    (its run directory locked: two ``suite run`` workers sharing a runs root) is skipped
+    and taken up again after the others, once that process lets go of it, so workers
+    started on the same grid share it out instead of repeating or corrupting runs."""
+
+    def __init__(self, poll_s: float = 30.0) -> None:
+        self.poll_s = poll_s
 
     def outcomes(self, jobs: Sequence[Job], work: Work) -> Iterator[tuple[Job, Outcome | None]]:
+        taken: list[Job] = []
         for job in jobs:
-            yield job, work(job.spec)
+            try:
+                outcome = work(job.spec)
+            except Busy:
+                taken.append(job)
+                continue
+            yield job, outcome
+        for job in taken:
+            yield job, self._when_free(job, work)
+
+    def _when_free(self, job: Job, work: Work) -> Outcome | None:
+        """The job's outcome once no other process holds its run: the other's record if it
+        finished the run, else this process resumes it."""
+        while True:
+            try:
+                return work(job.spec)
+            except Busy:
+                time.sleep(self.poll_s)
 
 
 class RayExecutor:

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 
-from leaderboard.executors import LocalExecutor, RayExecutor, make_executor
+from leaderboard.executors import Job, LocalExecutor, RayExecutor, make_executor
 from leaderboard.suites import SUITES, run_suite
 
 ray = pytest.importorskip("ray")  # the cluster extra; `make test` installs it
@@ -88,3 +88,25 @@ def test_clients_on_ray_actors_give_the_records_of_one_local_worker(
         assert a["runs"] == b["runs"]
         assert a["metrics"] == b["metrics"]
         assert a["privacy"]["ledgers"] == b["privacy"]["ledgers"] != [[]]
+
+
+def test_the_local_executor_comes_back_to_a_run_another_worker_holds():
+    """A busy run is skipped, the rest run first, and the busy one is asked again until its
+    holder lets go; nothing is run twice."""
+    from benchmark.files import Busy
+
+    holder_busy_for = {"b": 2}
+    calls = []
+
+    def work(spec):
+        calls.append(spec)
+        if holder_busy_for.get(spec, 0):
+            holder_busy_for[spec] -= 1
+            raise Busy(spec)
+        return spec, {"run": spec}
+
+    jobs = [Job(name, name) for name in "abc"]
+    done = list(LocalExecutor(poll_s=0).outcomes(jobs, work))
+    assert [job.label for job, _ in done] == ["a", "c", "b"]
+    assert [outcome for _, outcome in done] == [(n, {"run": n}) for n in "acb"]
+    assert calls == ["a", "b", "c", "b", "b"]

@@ -119,3 +119,36 @@ def test_an_atomic_write_leaves_the_old_file_or_the_new_one_and_no_temporary(tmp
     with pytest.raises(OSError, match="disk full"):
         atomic_write(path, Unwritable("never"))
     assert path.read_text() == "new" and [p.name for p in path.parent.iterdir()] == ["record.json"]
+
+
+def test_a_run_another_process_holds_is_refused_until_it_lets_go(tmp_path):
+    """Two suite workers sharing a runs root: the second finds the run locked and leaves it
+    alone; once the holder is gone (the kernel drops a dead holder's lock) it resumes."""
+    import subprocess
+    import sys
+
+    from benchmark.runner import RunBusy
+
+    with pytest.raises(RunInterrupted):
+        go(tmp_path, spec(), stop_after_round=1)
+    [run_dir] = tmp_path.iterdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(run_dir / "run.lock")], stdout=subprocess.PIPE
+    )
+    try:
+        assert holder.stdout.readline() == b"locked\n"
+        with pytest.raises(RunBusy, match="running in another process"):
+            go(tmp_path, spec())
+    finally:
+        holder.kill()
+        holder.wait()
+    assert go(tmp_path, spec()).record["privacy"]["epsilon"] > 0
+
+
+HOLD_LOCK = """
+import fcntl, sys, time
+fh = open(sys.argv[1], "a+b")
+fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+print("locked", flush=True)
+time.sleep(600)
+"""
