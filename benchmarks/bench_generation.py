@@ -24,8 +24,10 @@ samples one sequence at a time, so its "batch" column is 1 whatever ``--batch`` 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -85,8 +87,9 @@ def measure_reference(generator, batch: int, n: int, words: int, new_tokens: int
     return rates(tokens, n, time.perf_counter() - began)
 
 
-def measure_llama_cpp(threads: int, n: int, words: int, new_tokens: int) -> str:
-    """llama.cpp on the GGUF itself: one sequence after another (no batching in its API)."""
+@functools.cache
+def llama_cpp_model(threads: int) -> Any:
+    """The GGUF loaded once per thread count (and warmed up), for every prompt length."""
     from llama_cpp import Llama
 
     from benchmark.profiles.packaged import packaged_file
@@ -97,8 +100,14 @@ def measure_llama_cpp(threads: int, n: int, words: int, new_tokens: int) -> str:
         model_path=str(gguf), n_threads=threads, n_threads_batch=threads, n_ctx=1024,
         seed=0, verbose=False,
     )  # fmt: skip
-    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
     llm("warm up", max_tokens=4)
+    return llm
+
+
+def measure_llama_cpp(threads: int, n: int, words: int, new_tokens: int) -> str:
+    """llama.cpp on the GGUF itself: one sequence after another (no batching in its API)."""
+    llm = llama_cpp_model(threads)
+    sampling = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0}
     began = time.perf_counter()
     tokens = sum(
         llm(p, max_tokens=new_tokens, **sampling)["usage"]["completion_tokens"]
@@ -162,6 +171,7 @@ def main() -> None:
             for threads in args.threads:
                 cells = measure_llama_cpp(threads, args.texts, words, args.new_tokens)
                 print(f"| llama.cpp, {label} | Q4_1 | {threads} | 1 | {cells} |", flush=True)
+        llama_cpp_model.cache_clear()  # free the models now, not at interpreter shutdown
     for label, run in cases:
         for precision in args.precision:
             generator.precision = precision
