@@ -1,5 +1,9 @@
 """The privacy boundary: what server code can and cannot get from the client pool."""
 
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -276,3 +280,39 @@ def test_a_large_batched_release_streams_in_blocks_and_equals_the_in_process_one
     np.testing.assert_allclose(releases[1], releases[0], rtol=1e-5, atol=1e-3)
     expected = sum(min(1.0, 50.0 / ((i + 1.0) * 64.0)) * (i + 1.0) for i in range(80))
     assert abs(float(np.mean(releases[0])) - expected) < 5 * 50.0 / 64
+
+
+def _host_blocks(rows: np.ndarray, sizes: list[int]) -> Iterator[Any]:
+    """A client-shard host's stream: its rows in blocks of ``sizes``, then payload counts."""
+    cuts = np.cumsum([0, *sizes])
+    return iter([rows[a:b] for a, b in itertools.pairwise(cuts)] + [(7, 0)])
+
+
+def test_sharded_blocks_are_merged_in_the_order_asked_for_without_gathering_the_call():
+    """Two Ray shard hosts stream their positions' rows in blocks; the coordinator hands
+    them on in the order of the call, in blocks no larger than the largest a host sent
+    plus one run, and reads nothing past a host's rows (its payload counts come next)."""
+    from benchmark.isolation.client_shards import merge_blocks
+
+    owner = np.array([0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0])
+    rows = np.arange(len(owner) * 3, dtype=np.float32).reshape(-1, 3)
+    parts = {h: np.flatnonzero(owner == h).tolist() for h in (0, 1)}
+    streams = {0: _host_blocks(rows[parts[0]], [2, 2, 3]), 1: _host_blocks(rows[parts[1]], [3, 2])}
+    blocks = list(merge_blocks(streams, parts, len(owner)))
+    np.testing.assert_array_equal(np.concatenate(blocks), rows)
+    assert len(blocks) > 1 and max(len(b) for b in blocks) <= 3 + 2
+    assert [next(s) for s in streams.values()] == [(7, 0), (7, 0)]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "message"),
+    [([2, 2, 4], "more rows than clients"), ([2, 2], "one 1-D vector per client")],
+)
+def test_a_shard_host_that_sends_too_many_or_too_few_rows_is_refused(sizes, message):
+    """(Rows a host sends after its positions' are caught by the payload-counts check.)"""
+    from benchmark.isolation.client_shards import merge_blocks
+
+    rows = np.ones((8, 3))
+    parts = {0: list(range(7))}
+    with pytest.raises(PrivacyError, match=message):
+        list(merge_blocks({0: _host_blocks(rows, sizes)}, parts, 7))

@@ -22,7 +22,8 @@ single-worker format, so a checkpoint resumes under any number of actors.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import itertools
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,14 +49,9 @@ class _ShardHost:
     def rows(
         self, job: bytes, indices: list[int], seeds: list[int], batched: bool
     ) -> Iterator[Any]:
-        """Streamed: the rows as the worker computes them (a batched call's blocks joined
-        into the one block per actor that :meth:`ShardedClients._batched` places), then its
-        payload counts."""
-        rows = self.worker.rows(job, indices, seeds, batched)
-        if not batched:
-            yield from rows
-        elif blocks := list(rows):
-            yield np.concatenate(blocks)
+        """Streamed: the rows (a batched call's in the worker's blocks) as the worker
+        computes them, then its payload counts."""
+        yield from self.worker.rows(job, indices, seeds, batched)  # a generator: Ray sends
         yield self.worker.payload_counts
 
     def memos(self) -> bytes:
@@ -108,8 +104,9 @@ class ShardedClients:
         self, job: bytes, indices: list[int], seeds: list[int], batched: bool
     ) -> Iterator[np.ndarray]:
         """The actors compute their clients' rows in parallel and stream them back; they
-        are handed on in the order of ``indices``, one row at a time (a batched call: one
-        block), so the coordinator holds one client's row at once, as with one worker."""
+        are handed on in the order of ``indices``, one row at a time (a batched call: in
+        blocks about as large as the workers' own, :func:`merge_blocks`), so the coordinator
+        holds one client's row or one block at once, as with one worker."""
         parts: dict[int, list[int]] = {}
         for position, index in enumerate(indices):
             parts.setdefault(self._host_of(index), []).append(position)
@@ -127,7 +124,8 @@ class ShardedClients:
             for h, positions in parts.items()
         }
         if batched:
-            yield from self._batched(streams, parts, len(indices))
+            fetched = {h: (_get(ref) for ref in stream) for h, stream in streams.items()}
+            yield from merge_blocks(fetched, parts, len(indices))
         else:
             for index in indices:
                 yield _next(streams[self._host_of(index)])
@@ -135,25 +133,6 @@ class ShardedClients:
         if not all(isinstance(c, tuple) for c in counts):
             raise PrivacyError("the client side sent more rows than clients")
         self.payload_counts = tuple(max((c[k] for c in counts), default=0) for k in (0, 1))
-
-    @staticmethod
-    def _batched(
-        streams: dict[int, Iterator[Any]], parts: dict[int, list[int]], count: int
-    ) -> Iterator[np.ndarray]:
-        """Each actor's block (one batch per actor), placed in the order asked for."""
-        blocks = {h: np.asarray(_next(stream)) for h, stream in streams.items()}
-        if not blocks:
-            return
-        first = next(iter(blocks.values()))
-        for h, block in blocks.items():
-            if block.ndim != 2 or block.shape[1:] != first.shape[1:]:
-                raise PrivacyError("client-side function must give one 1-D vector per client")
-            if len(block) != len(parts[h]):
-                raise PrivacyError(f"the client side sent {len(block)} rows for {len(parts[h])}")
-        out = np.empty((count, first.shape[1]), np.result_type(*blocks.values()))
-        for h, block in blocks.items():
-            out[parts[h]] = block
-        yield out
 
     def run_all(self, job: bytes) -> bytes:
         """The ε = ∞ bound's centralised job, in a local worker holding every client."""
@@ -190,6 +169,67 @@ class ShardedClients:
         ray.get([h.close.remote() for h in self._hosts])
         for host in self._hosts:
             ray.kill(host)
+
+
+def merge_blocks(
+    blocks: Mapping[int, Iterator[Any]], parts: Mapping[int, list[int]], count: int
+) -> Iterator[np.ndarray]:
+    """A batched call's ``count`` rows in the order asked for, as consecutive blocks: host
+    ``h`` streams the rows of its positions ``parts[h]`` (ascending) in blocks, and each
+    output block gathers the next positions' rows until it is as large as the largest
+    block a host sent (a host's contiguous positions pass through without a copy). Only
+    the blocks being gathered are held, never the whole call; a host that sends a
+    malformed block, or more or fewer rows than its positions, is refused. Nothing is
+    read from a host's stream past its rows (its payload counts come next)."""
+    owner = np.empty(count, dtype=np.intp)
+    for h, positions in parts.items():
+        owner[positions] = h
+    cuts = [0, *(np.flatnonzero(np.diff(owner)) + 1).tolist(), count] if count else [0]
+    readers = {h: _BlockReader(blocks[h], len(positions)) for h, positions in parts.items()}
+    pieces: list[np.ndarray] = []
+    held = target = 0
+    for start, end in itertools.pairwise(cuts):
+        reader = readers[int(owner[start])]
+        while start < end:
+            piece = reader.take(end - start)
+            target = max(target, reader.block_rows)
+            pieces.append(piece)
+            held += len(piece)
+            start += len(piece)
+            if held >= target:
+                yield _joined(pieces)
+                pieces, held = [], 0
+    if pieces:
+        yield _joined(pieces)
+
+
+def _joined(pieces: list[np.ndarray]) -> np.ndarray:
+    if len({p.shape[1] for p in pieces}) > 1:
+        raise PrivacyError("client-side function must give one 1-D vector per client")
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
+class _BlockReader:
+    """One host's streamed blocks, read a given number of rows at a time."""
+
+    def __init__(self, blocks: Iterator[Any], owed: int) -> None:
+        self.blocks, self.owed = blocks, owed
+        self.block = np.zeros((0, 0))
+        self.at = self.block_rows = 0
+
+    def take(self, n: int) -> np.ndarray:
+        """Up to ``n`` of the next rows (fewer at the end of the current block)."""
+        if self.at == len(self.block):
+            block = np.asarray(next(self.blocks, None))
+            if block.ndim != 2 or not len(block):
+                raise PrivacyError("client-side function must give one 1-D vector per client")
+            if len(block) > self.owed:
+                raise PrivacyError("the client side sent more rows than clients")
+            self.block, self.at, self.block_rows = block, 0, len(block)
+        piece = self.block[self.at : self.at + n]
+        self.at += len(piece)
+        self.owed -= len(piece)
+        return piece
 
 
 def _next(stream: Iterator[Any]) -> Any:
