@@ -13,6 +13,7 @@ way is refused when it is saved, not when the run resumes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -334,18 +335,19 @@ def run(
     finished = _finished(run_dir, resolved.run_key)
     if finished is not None:  # finished before: the record is the result
         return finished
-    try:
-        with exclusive_lock(run_dir / LOCK):
-            # Another process may have finished it while this one waited for the lock.
-            finished = _finished(run_dir, resolved.run_key)
-            if finished is not None:
-                return finished
-            return _start(
-                spec, resolved, role, split, units, run_dir, profile, stop_after_round,
-                launch, method_cls,
-            )  # fmt: skip
-    except Busy as exc:
-        raise RunBusy(f"run {resolved.run_key} is running in another process") from exc
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(exclusive_lock(run_dir / LOCK))
+        except Busy as exc:
+            raise RunBusy(f"run {resolved.run_key} is running in another process") from exc
+        # Another process may have finished it between the check above and the lock.
+        finished = _finished(run_dir, resolved.run_key)
+        if finished is not None:
+            return finished
+        return _start(
+            spec, resolved, role, split, units, run_dir, profile, stop_after_round,
+            launch, method_cls,
+        )  # fmt: skip
 
 
 def _start(

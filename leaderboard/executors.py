@@ -1,23 +1,25 @@
 """Where a suite's runs execute: one after another in this process (``local``, the default)
 or as Ray tasks on a cluster or a local head (``ray``, the ``cluster`` extra).
 
-Each run is independent and resumable (its state is its run directory), so an executor only
+Each run is independent and resumable (its state is its run directory), so an executor
 calls the suite's work function (:func:`run_job` with the suite's paths bound) once per
-(method, ε, seed) and hands back the records. The suite
-builds and signs the entries in the calling process, the only one that reads the host key.
-A run is the same code on either executor, so with ``privacy.noise_seed: spec`` the records
-are identical (tested); with a secret seed each run draws its own noise either way.
+(method, ε, seed), or again for a run another process held, and hands back the records.
+The suite builds and signs the entries in the calling process, the only one that reads the
+host key. A run is the same code on either executor, so with ``privacy.noise_seed: spec``
+the records are identical (tested); with a secret seed each run draws its own noise either
+way.
 
 Ray specifics: a task per run, with the resources its profile needs (one CPU; on ``paper``
-one GPU as well; a run another process holds fails its task rather than waiting in it);
-the workers must see the same paths as the caller (runs, splits, caches), i.e. one host or
-a shared file system. A run's client workers are processes of its task,
-or Ray actors with ``client_actors`` (:mod:`benchmark.isolation.client_shards`).
+one GPU as well); a run another process holds fails its task and stops the grid (only local
+workers share a grid); the workers must see the same paths as the caller (runs, splits,
+caches), i.e. one host or a shared file system. A run's client workers are processes of its
+task, or Ray actors with ``client_actors`` (:mod:`benchmark.isolation.client_shards`).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +29,8 @@ from typing import Any, Protocol
 from benchmark.data import FederatedSplit
 from benchmark.files import Busy
 from benchmark.spec import RunSpec
+
+_log = logging.getLogger(__name__)
 
 EXECUTORS = ("local", "ray")
 # Ray resources of one run, by profile: every run holds one core; a paper run a GPU too.
@@ -92,33 +96,32 @@ class Executor(Protocol):
 
 class LocalExecutor:
     """The runs one after another, in this process. A run that another process is running
-    (its run directory locked: two ``suite run`` workers sharing a runs root) is skipped
-    and taken up again after the others, once that process lets go of it, so workers
-    started on the same grid share it out instead of repeating or corrupting runs."""
+    (its run directory locked: two ``suite run`` workers sharing a runs root, on one host or
+    a file system with working ``flock``) is skipped and taken up again after the others,
+    once that process lets go of it, so workers started on the same grid share it out
+    instead of repeating or corrupting runs."""
 
-    def __init__(self, poll_s: float = 30.0) -> None:
+    def __init__(self, poll_s: float = 60.0) -> None:
         self.poll_s = poll_s
 
     def outcomes(self, jobs: Sequence[Job], work: Work) -> Iterator[tuple[Job, Outcome | None]]:
-        taken: list[Job] = []
-        for job in jobs:
-            try:
-                outcome = work(job.spec)
-            except Busy:
-                taken.append(job)
-                continue
-            yield job, outcome
-        for job in taken:
-            yield job, self._when_free(job, work)
-
-    def _when_free(self, job: Job, work: Work) -> Outcome | None:
-        """The job's outcome once no other process holds its run: the other's record if it
-        finished the run, else this process resumes it."""
-        while True:
-            try:
-                return work(job.spec)
-            except Busy:
+        waiting, told = list(jobs), ""
+        while waiting:
+            busy: list[Job] = []
+            for job in waiting:
+                try:
+                    outcome = work(job.spec)
+                except Busy:
+                    busy.append(job)
+                    continue
+                yield job, outcome
+            if busy and len(busy) == len(waiting):  # nothing moved: wait for the holders
+                labels = ", ".join(job.label for job in busy)
+                if labels != told:
+                    _log.warning("waiting for runs other processes hold: %s", labels)
+                    told = labels
                 time.sleep(self.poll_s)
+            waiting = busy
 
 
 class RayExecutor:

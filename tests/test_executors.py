@@ -90,12 +90,12 @@ def test_clients_on_ray_actors_give_the_records_of_one_local_worker(
         assert a["privacy"]["ledgers"] == b["privacy"]["ledgers"] != [[]]
 
 
-def test_the_local_executor_comes_back_to_a_run_another_worker_holds():
-    """A busy run is skipped, the rest run first, and the busy one is asked again until its
-    holder lets go; nothing is run twice."""
+def test_the_local_executor_comes_back_to_runs_other_workers_hold():
+    """Busy runs are skipped, the rest run first, and the busy ones are asked again, each
+    as soon as its holder lets go (c is not kept waiting behind b); nothing runs twice."""
     from benchmark.files import Busy
 
-    holder_busy_for = {"b": 2}
+    holder_busy_for = {"b": 3, "c": 1}
     calls = []
 
     def work(spec):
@@ -109,4 +109,4 @@ def test_the_local_executor_comes_back_to_a_run_another_worker_holds():
     done = list(LocalExecutor(poll_s=0).outcomes(jobs, work))
     assert [job.label for job, _ in done] == ["a", "c", "b"]
     assert [outcome for _, outcome in done] == [(n, {"run": n}) for n in "acb"]
-    assert calls == ["a", "b", "c", "b", "b"]
+    assert calls == ["a", "b", "c", "b", "c", "b", "b"]

@@ -306,7 +306,7 @@ def test_sharded_blocks_are_merged_in_the_order_asked_for_without_gathering_the_
 
 @pytest.mark.parametrize(
     ("sizes", "message"),
-    [([2, 2, 4], "more rows than clients"), ([2, 2], "one 1-D vector per client")],
+    [([2, 2, 4], "more rows than clients"), ([2, 2], "fewer rows than clients")],
 )
 def test_a_shard_host_that_sends_too_many_or_too_few_rows_is_refused(sizes, message):
     """(Rows a host sends after its positions' are caught by the payload-counts check.)"""
@@ -316,3 +316,11 @@ def test_a_shard_host_that_sends_too_many_or_too_few_rows_is_refused(sizes, mess
     parts = {0: list(range(7))}
     with pytest.raises(PrivacyError, match=message):
         list(merge_blocks({0: _host_blocks(rows, sizes)}, parts, 7))
+
+
+def test_a_shard_host_that_sends_text_is_refused_before_any_join():
+    from benchmark.isolation.client_shards import merge_blocks
+
+    text = iter([np.array([["raw client text"]]), (0, 0)])
+    with pytest.raises(PrivacyError, match="one 1-D vector per client"):
+        list(merge_blocks({0: iter([np.ones((1, 1))]), 1: text}, {0: [0], 1: [1]}, 2))

@@ -30,7 +30,7 @@ def run_command(spec: str, runs_dir: str) -> None:
     same spec again resumes from the last finished round.
     """
     from benchmark.isolation.coordinator import MethodError
-    from benchmark.runner import UnsafeCheckpointError, run
+    from benchmark.runner import RunBusy, UnsafeCheckpointError, run
 
     try:
         result = run(load_spec(spec), runs_root=Path(runs_dir), isolated=True)
@@ -42,7 +42,8 @@ def run_command(spec: str, runs_dir: str) -> None:
         UnsafePathError,
         UnsafeCheckpointError,
         MethodError,
-    ) as exc:  # a bad spec, split, checkpoint or release: one line, no traceback
+        RunBusy,
+    ) as exc:  # a bad spec, split, checkpoint or release, or a busy run: one line
         raise click.ClickException(" ".join(str(exc).split())) from exc
     privacy = result.record["privacy"]
     click.echo(f"run: {result.run_key}")

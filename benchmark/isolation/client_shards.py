@@ -105,8 +105,9 @@ class ShardedClients:
     ) -> Iterator[np.ndarray]:
         """The actors compute their clients' rows in parallel and stream them back; they
         are handed on in the order of ``indices``, one row at a time (a batched call: in
-        blocks about as large as the workers' own, :func:`merge_blocks`), so the coordinator
-        holds one client's row or one block at once, as with one worker."""
+        blocks of the workers' size, :func:`merge_blocks`), so the coordinator holds a few
+        blocks, never a whole call (Ray may buffer blocks not yet read in its object
+        store)."""
         parts: dict[int, list[int]] = {}
         for position, index in enumerate(indices):
             parts.setdefault(self._host_of(index), []).append(position)
@@ -176,11 +177,12 @@ def merge_blocks(
 ) -> Iterator[np.ndarray]:
     """A batched call's ``count`` rows in the order asked for, as consecutive blocks: host
     ``h`` streams the rows of its positions ``parts[h]`` (ascending) in blocks, and each
-    output block gathers the next positions' rows until it is as large as the largest
-    block a host sent (a host's contiguous positions pass through without a copy). Only
-    the blocks being gathered are held, never the whole call; a host that sends a
-    malformed block, or more or fewer rows than its positions, is refused. Nothing is
-    read from a host's stream past its rows (its payload counts come next)."""
+    output block gathers the next positions' rows until it holds at least as many as the
+    largest block a host sent (so under twice that; a host's contiguous positions pass
+    through without a copy). Only each host's current block and the pieces being gathered
+    are held, never the whole call; a host that sends a malformed or non-numeric block, or
+    more or fewer rows than its positions, is refused. Nothing is read from a host's
+    stream past its rows (its payload counts come next)."""
     owner = np.empty(count, dtype=np.intp)
     for h, positions in parts.items():
         owner[positions] = h
@@ -220,8 +222,10 @@ class _BlockReader:
     def take(self, n: int) -> np.ndarray:
         """Up to ``n`` of the next rows (fewer at the end of the current block)."""
         if self.at == len(self.block):
-            block = np.asarray(next(self.blocks, None))
-            if block.ndim != 2 or not len(block):
+            block = next(self.blocks, None)
+            if not isinstance(block, np.ndarray):  # the payload counts, or nothing
+                raise PrivacyError("the client side sent fewer rows than clients")
+            if block.ndim != 2 or not len(block) or block.dtype.kind not in "fiu":
                 raise PrivacyError("client-side function must give one 1-D vector per client")
             if len(block) > self.owed:
                 raise PrivacyError("the client side sent more rows than clients")
