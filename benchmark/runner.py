@@ -20,6 +20,7 @@ import os
 import pickle
 import secrets
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -321,12 +322,10 @@ def run(
     split = split or load_run_split(spec)
     units = privacy_units(split, spec.privacy.unit)
     check_delta(spec, len(units))
-    launch: Any = None
-    method_cls: type[Method] | None = None
     if isolated:
         from benchmark.isolation.coordinator import IsolatedLaunch
 
-        launch = IsolatedLaunch(spec, split, profile, plugin, client_actors)
+        launch: Any = IsolatedLaunch(spec, split, profile, plugin, client_actors)
         resolved, role = launch.resolve()
     else:
         resolved, method_cls = resolve(spec, split)
@@ -335,85 +334,71 @@ def run(
     finished = _finished(run_dir, resolved.run_key)
     if finished is not None:  # finished before: the record is the result
         return finished
-    with contextlib.ExitStack() as held:
-        try:
-            held.enter_context(exclusive_lock(run_dir / LOCK))
-        except Busy as exc:
-            raise RunBusy(f"run {resolved.run_key} is running in another process") from exc
+    with _held(run_dir, resolved.run_key):
         # Another process may have finished it between the check above and the lock.
         finished = _finished(run_dir, resolved.run_key)
         if finished is not None:
             return finished
-        return _start(
-            spec, resolved, role, split, units, run_dir, profile, stop_after_round,
-            launch, method_cls,
-        )  # fmt: skip
+        (run_dir / "spec.json").write_text(json.dumps(resolved.to_dict(), indent=1))
+        if profile is None:
+            from benchmark.profiles import new_profile
 
+            profile = new_profile(spec.profile)
 
-def _start(
-    spec: RunSpec,
-    resolved: ResolvedSpec,
-    role: str,
-    split: FederatedSplit,
-    units: dict[str, list[dict[str, Any]]],
-    run_dir: Path,
-    profile: Any,
-    stop_after_round: int | None,
-    launch: Any,
-    method_cls: type[Method] | None,
-) -> RunResult:
-    """Start or resume the run in ``run_dir``, whose lock this process holds: through
-    ``launch`` (isolated) or in process with ``method_cls``."""
-    isolated = launch is not None
-    (run_dir / "spec.json").write_text(json.dumps(resolved.to_dict(), indent=1))
-    if profile is None:
-        from benchmark.profiles import new_profile
-
-        profile = new_profile(spec.profile)
-
-    ledger = PrivacyLedger()
-    work_dir = run_dir / "work"
-    work_dir.mkdir(exist_ok=True)
-    seed = pool_seed(spec, run_dir)
-    canaries = canary_plan(spec, split, len(units), seed)
-    if canaries is not None:
-        units = with_canaries(units, canaries, seed)
-    pool = ClientPool(
-        units,
-        ledger=ledger,
-        seed=seed,
-        unit=spec.privacy.unit,
-        allow_nonprivate=math.isinf(spec.privacy.epsilon),
-        simulated=spec.privacy.guarantee == "simulated",
-        independence_checks=INDEPENDENCE_CHECKS,  # every run, `guarantee: simulated` too
-        executor=launch.client_worker(units, run_dir) if isolated else None,
-        local_trainer=LocalLMTrainer(lambda: profile.conditional_lm()),
-        preference_policy=lambda: profile.generator(),
-    )
-    ctx = MethodContext(
-        pool=pool,
-        public=own_copy(split.records("public")),
-        validation=own_copy(split.records("validation")),
-        profile=profile,
-        privacy=spec.privacy,
-        seed=spec.seed,
-        work_dir=work_dir,
-        diagnostics=Diagnostics(run_dir),
-    )
-    if isolated:
-        launch.warm(public_start_of(ctx))
-        method: Any = launch.method(resolved, pool, run_dir)
-    else:
-        assert method_cls is not None
-        method = InProcessMethod(method_cls(resolved.method_config), ctx, spec.seed)
-    try:
-        return _drive(
-            method, spec, resolved, split, pool, ctx, run_dir, role, stop_after_round, canaries
+        ledger = PrivacyLedger()
+        work_dir = run_dir / "work"
+        work_dir.mkdir(exist_ok=True)
+        seed = pool_seed(spec, run_dir)
+        canaries = canary_plan(spec, split, len(units), seed)
+        if canaries is not None:
+            units = with_canaries(units, canaries, seed)
+        pool = ClientPool(
+            units,
+            ledger=ledger,
+            seed=seed,
+            unit=spec.privacy.unit,
+            allow_nonprivate=math.isinf(spec.privacy.epsilon),
+            simulated=spec.privacy.guarantee == "simulated",
+            independence_checks=INDEPENDENCE_CHECKS,  # every run, `guarantee: simulated` too
+            executor=launch.client_worker(units, run_dir) if isolated else None,
+            local_trainer=LocalLMTrainer(lambda: profile.conditional_lm()),
+            preference_policy=lambda: profile.generator(),
         )
-    finally:
-        method.close()
+        ctx = MethodContext(
+            pool=pool,
+            public=own_copy(split.records("public")),
+            validation=own_copy(split.records("validation")),
+            profile=profile,
+            privacy=spec.privacy,
+            seed=spec.seed,
+            work_dir=work_dir,
+            diagnostics=Diagnostics(run_dir),
+        )
         if isolated:
-            launch.close()
+            launch.warm(public_start_of(ctx))
+            method: Any = launch.method(resolved, pool, run_dir)
+        else:
+            method = InProcessMethod(method_cls(resolved.method_config), ctx, spec.seed)
+        try:
+            return _drive(
+                method, spec, resolved, split, pool, ctx, run_dir, role, stop_after_round, canaries
+            )
+        finally:
+            method.close()
+            if isolated:
+                launch.close()
+
+
+@contextlib.contextmanager
+def _held(run_dir: Path, run_key: str) -> Iterator[None]:
+    """Hold the run directory's lock for the block; a lock another process holds is
+    :class:`RunBusy` (only taking the lock: nothing raised inside the block is relabelled)."""
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(exclusive_lock(run_dir / LOCK))
+        except Busy as exc:
+            raise RunBusy(f"run {run_key} is running in another process") from exc
+        yield
 
 
 def run_key_of(spec: RunSpec, split: FederatedSplit, plugin: Path | None = None) -> str:
