@@ -362,7 +362,7 @@ def run(
             independence_checks=INDEPENDENCE_CHECKS,  # every run, `guarantee: simulated` too
             executor=launch.client_worker(units, run_dir) if isolated else None,
             local_trainer=LocalLMTrainer(lambda: profile.conditional_lm()),
-            preference_policy=lambda: profile.generator(),
+            preference_policy=lambda: profile.preference_policy(),
         )
         ctx = MethodContext(
             pool=pool,
@@ -440,7 +440,7 @@ def _drive(
 ) -> RunResult:
     """Rounds, checkpoints, the release, the budget check, evaluation and the record."""
     ledger = pool.ledger
-    build_requested(method.cache_requests(), lambda: ctx.profile.generator())
+    build_requested(method.cache_requests(), lambda: ctx.profile.preference_generator())
     checkpoint_path = run_dir / CHECKPOINT
     if checkpoint_path.exists():
         saved = resume_checkpoint(checkpoint_path, resolved.run_key)

@@ -4,9 +4,9 @@ downstream policy on the real private tuples, SFT then DPO, on disjoint halves.
 - ``setup``: every tuple puts itself in half 0 or 1 by a hash of its own text (client
   side; the pool keeps the partition ``halves``). "Each user contributes to either SFT or
   DPO": the halves compose in parallel, so each stage runs at the full ε.
-- round 0: DP-SGD SFT of the profile's generator on half 0's chosen responses (the pool's
-  ``dp_preference_finetune``, stage ``sft``): ``sft_epochs`` epochs at expected batch
-  ``batch``, Poisson rate ``batch``/(n/2), clip ``clip``, Adam at ``sft_lr``.
+- round 0: DP-SGD SFT of the profile's ``preference_policy`` on half 0's chosen responses
+  (the pool's ``dp_preference_finetune``, stage ``sft``): ``sft_epochs`` epochs at expected
+  batch ``batch``, Poisson rate ``batch``/(n/2), clip ``clip``, Adam at ``sft_lr``.
 - round 1: DP-SGD DPO of that model on half 1's pairs (stage ``dpo``, β ``beta``, the SFT
   model as reference, per-pair clipping): ``dpo_epochs`` epochs, Adam at ``dpo_lr``.
 - ``finish``: the policy is released as a model; the evaluator scores it as it is.
@@ -90,7 +90,7 @@ class DPFT(Method):
         if ctx.privacy.epsilon <= 0:
             raise SpecError("privacy.epsilon: 0 allows no private release; use base_model")
         ctx.pool.define_partition(HALVES, half_of, parts=2, batched=True)
-        weights = ctx.profile.generator().model.state_dict()
+        weights = ctx.profile.preference_policy().model.state_dict()
         return {"weights": {k: v.detach().clone() for k, v in weights.items()}}
 
     def round(self, ctx: MethodContext, state: dict[str, Any], round_index: int) -> dict[str, Any]:
@@ -121,7 +121,7 @@ class DPFT(Method):
         return {"weights": weights}
 
     def finish(self, ctx: MethodContext, state: dict[str, Any]) -> Artifact:
-        generator = ctx.profile.generator()
+        generator = ctx.profile.preference_policy()
         model = copy.deepcopy(generator.model)
         model.load_state_dict(state["weights"])
         return save_model(model, generator.tokenizer, ctx.work_dir / self.name)

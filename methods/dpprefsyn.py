@@ -4,8 +4,8 @@ Bradley–Terry rewards.
 Rounds and Algorithm 1's lines (seed-003 §1.3):
 
 - round 0, lines 1–5: each private tuple's d = ψ(x;a⁺) − ψ(x;a⁻) (the profile's
-  embedder), client side. With ``center`` (the released code) a DP mean μ first: a Laplace
-  sum of the d, each clipped to L1 norm ``mean_l1_bound`` (the pool's
+  ``preference_embedder``), client side. With ``center`` (the released code) a DP mean μ
+  first: a Laplace sum of the d, each clipped to L1 norm ``mean_l1_bound`` (the pool's
   ``laplace_aggregate``), over the public unit count. Then DP-PCA of d − μ to
   ``components`` = p dimensions (the pool's ``dp_pca``: rows clipped to L2 norm 1, the
   exponential mechanism of Amin et al. 2019).
@@ -27,7 +27,7 @@ Rounds and Algorithm 1's lines (seed-003 §1.3):
   at what remains of ε, so every kept cluster's run stays within it; the clusters are
   disjoint parts, accounted in parallel (worst part).
 - ``finish``, lines 13–19 (post-processing): ``candidates`` = L responses per public
-  prompt from the profile's generator (temperature ``temperature``, cut at "Human:",
+  prompt from the profile's ``preference_generator`` (temperature ``temperature``, cut at "Human:",
   cached per generator and prompt set), a cluster k drawn per prompt ∝ the released
   sizes of the kept clusters, each response scored ⟨θ_k, normalize((ψ(x;a) − μ)P)⟩, the
   argmax as chosen and the argmin as rejected, pairs whose score gap is below ``gap``
@@ -203,13 +203,13 @@ class DPPrefSyn(Method):
         return {**state, **step(ctx, state)}
 
     def _differences(self, ctx: MethodContext) -> Differences:
-        return Differences(ctx.profile.embedder())
+        return Differences(ctx.profile.preference_embedder())
 
     def _project(self, ctx: MethodContext, state: dict[str, Any]) -> dict[str, Any]:
         """Lines 1–5: DP mean (when centring) and DP-PCA."""
         c, pool = self.config, ctx.pool
         differences = self._differences(ctx)
-        dim = ctx.profile.embedder().dim
+        dim = ctx.profile.preference_embedder().dim
         eps0 = self._epsilon(ctx, c["pca_share"])
         mean = np.zeros(dim)
         pca_eps = eps0
@@ -348,13 +348,14 @@ class DPPrefSyn(Method):
         if not rewards:  # every cluster fell below n_min: no reward to rank by
             return Artifact(kind=self.artifact_kind, pairs=[])
         prompts, params, rng = self._candidate_settings(ctx)
-        responses = candidates(ctx.profile.generator(), prompts, c["candidates"], params, STOP)
+        writer = ctx.profile.preference_generator()
+        responses = candidates(writer, prompts, c["candidates"], params, STOP)
         kept = sorted(rewards)
         weights = np.maximum(np.array([state["sizes"][k] for k in kept]), 0.0)
         clusters = rng.choice(kept, size=len(prompts), p=weights / weights.sum())
         options = [[o for o in row if o] for row in responses]
         flat = [prompt + o for prompt, row in zip(prompts, options, strict=True) for o in row]
-        embeddings = ctx.profile.embedder().embed(flat)
+        embeddings = ctx.profile.preference_embedder().embed(flat)
         features = project(embeddings, state["mean"], state["basis"], c["normalize"])
         pairs, start = [], 0
         for prompt, row, k in zip(prompts, options, clusters, strict=True):

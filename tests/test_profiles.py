@@ -325,9 +325,24 @@ def test_paper_profile_describes_its_models():
     assert info["masked_filler"] == "FacebookAI/roberta-large"
     assert info["embedder"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert info["generator_backend"] == "transformers"  # no vllm/GPU here
+    # paper 003's own models for the preference track (§5, App. B.3)
+    assert info["preference_embedder"] == "BAAI/bge-large-en-v1.5"
+    assert info["preference_generator"] == "meta-llama/Llama-2-7b-chat-hf"
+    assert info["preference_policy"] == "EleutherAI/pythia-2.8b"
 
 
-@pytest.mark.parametrize("role", ["generator", "embedder", "ondevice_lm", "masked_filler"])
+@pytest.mark.parametrize(
+    "role",
+    [
+        "generator",
+        "embedder",
+        "ondevice_lm",
+        "masked_filler",
+        "preference_embedder",
+        "preference_generator",
+        "preference_policy",
+    ],
+)
 def test_paper_profile_fails_fast_offline(role):
     import sentence_transformers  # noqa: F401 - time the failure, not the imports
     import transformers  # noqa: F401

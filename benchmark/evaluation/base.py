@@ -140,15 +140,15 @@ class EvalContext:
 
     def policy(self, artifact: Artifact) -> tuple[Any, Any]:
         """The downstream policy (model, tokenizer) the alignment metrics score (paper 003):
-        for a preference release, the profile's generator SFT-ed on the chosen responses and
-        DPO-trained on the pairs (the untouched generator for no pairs: the ε = 0 base
+        for a preference release, the profile's ``preference_policy`` SFT-ed on the chosen
+        responses and DPO-trained on the pairs (untouched for no pairs: the ε = 0 base
         model); for a released model, that model. Built once per context."""
         key = artifact_key(artifact)
         if key not in self._policies:
             if artifact.kind == "preferences":
                 from benchmark.preference_training import AlignmentConfig, align
 
-                generator = self.profile.generator()
+                generator = self.profile.preference_policy()
                 config = AlignmentConfig(**self.downstream.alignment)
                 model = align(
                     generator.model, generator.tokenizer, artifact.pairs, config, self.seed

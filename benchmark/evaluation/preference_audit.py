@@ -2,8 +2,8 @@
 
 Both read the downstream policy's implicit DPO reward margin of a tuple (x, a⁺, a⁻):
 m = [log π(a⁺|x) − log π_ref(a⁺|x)] − [log π(a⁻|x) − log π_ref(a⁻|x)], π the policy the
-evaluator aligned on the release (``EvalContext.policy``) and π_ref the profile's
-untouched generator, the policy's starting point for every method (so the ε = 0 base model
+evaluator aligned on the release (``EvalContext.policy``) and π_ref the profile's untouched
+``preference_policy``, the policy's starting point for every method (so the ε = 0 base model
 has m = 0 everywhere).
 
 - ``reward_accuracy``: the fraction of test tuples with m > 0 (ties count one half):
@@ -56,7 +56,7 @@ def implicit_margins(
 ) -> np.ndarray:
     """m per tuple (see the module docstring), batched, without gradients.
 
-    A preference release without pairs leaves the policy the untouched generator, so its
+    A preference release without pairs leaves the policy untouched, so its
     margins are exactly 0 and are not computed."""
     if artifact.kind == "preferences" and not artifact.pairs:
         return np.zeros(len(records))
@@ -70,12 +70,12 @@ def implicit_margins(
 def generator_margins(
     ctx: EvalContext, records: list[dict[str, str]], max_completion: int
 ) -> np.ndarray:
-    """log π_ref(a⁺|x) − log π_ref(a⁻|x) under the profile's untouched generator.
+    """log π_ref(a⁺|x) − log π_ref(a⁻|x) under the profile's untouched preference policy.
 
     The same for every release evaluated on these tuples, so it is cached on disk (keyed
-    by the generator, the tuples, the cut and the library versions) and computed once per
+    by the policy, the tuples, the cut and the library versions) and computed once per
     suite rather than once per run. Only the trusted evaluator writes the cache."""
-    generator = ctx.profile.generator()
+    generator = ctx.profile.preference_policy()
     payload = {
         "format": 1,
         "generator": generator.name,

@@ -4,8 +4,9 @@ For each sampled test prompt the released model answers greedily (through its ch
 template when it has one, via the profiles' ``HFGenerator``); the judge compares that
 answer (as A) with the record's ``chosen`` response (as B); the win rate is the mean verdict
 (ties count one half). A preference release is scored through the policy the evaluator
-aligns on it (SFT + DPO of the profile's generator: ``EvalContext.policy``); a released
-model is scored as it is.
+aligns on it (SFT + DPO of the profile's ``preference_policy``: ``EvalContext.policy``); a
+released model is scored as it is. The judges that read log-probabilities use the profile's
+generator (the stand-in for paper 003's GPT-4o), never the policy being judged.
 
 Head to head (paper 003 Table 15): with ``against`` = another run's ``artifact.json``, B is
 that release's policy's greedy answer to the same prompt instead of the reference.

@@ -256,7 +256,7 @@ class ClientPool:
         # paper 003: each partition's part count and every unit's part (-1: none)
         self._partitions: dict[str, tuple[int, np.ndarray]] = {}
         self._simulated = simulated
-        self._policy = preference_policy  # the profile's generator, for DP-FT (paper 003)
+        self._policy = preference_policy  # the profile's preference policy, for DP-FT
 
     def __getattr__(self, name: str) -> Any:
         raise ServerAccessError(
@@ -1158,7 +1158,7 @@ class ClientPool:
         label: str,
     ) -> dict[str, Any]:
         """One stage of paper 003's DP-FT on the tuples of one part of ``partition``: the
-        profile's generator loaded with ``weights`` (a state dict), trained here by DP-SGD
+        profile's preference policy loaded with ``weights`` (a state dict), trained here by DP-SGD
         (``stage`` ``sft`` or ``dpo``; per-tuple clipping, Gaussian noise, Adam on the
         noisy gradients: :mod:`benchmark.federation.preference_dp_sgd`); returns the new
         weights. The parts are disjoint, so the SFT and DPO halves compose in parallel."""

@@ -96,6 +96,23 @@ class ModelProfile(ABC):
         default is the profile's conditional LM (SmolLM2-135M in ``cpu``)."""
         return self.conditional_lm()
 
+    def preference_embedder(self) -> Embedder:
+        """ψ of paper 003's synthesis: it embeds "prompt;response" texts for the private
+        differences and the scored candidates (bge-large-en-v1.5 in the paper). Default:
+        the profile's embedder."""
+        return self.embedder()
+
+    def preference_generator(self) -> Generator:
+        """Writes paper 003's candidate responses to public prompts (Llama-2-7b-chat in
+        the paper). Default: the profile's generator."""
+        return self.generator()
+
+    def preference_policy(self) -> Generator:
+        """The downstream model of the preference track (Pythia-2.8B in paper 003): the
+        ε = 0 base model, what DP-FT fine-tunes, what a preference release is aligned on
+        and the reference of the alignment metrics. Default: the profile's generator."""
+        return self.generator()
+
     @abstractmethod
     def masked_filler(self) -> MaskedFiller | None:
         """The profile's masked-fill model, or None if it has none."""

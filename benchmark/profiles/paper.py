@@ -4,7 +4,11 @@
   sampled with vLLM when ``vllm`` is importable and CUDA is available, else transformers;
 - on-device LM: ``distilbert/distilgpt2`` (POPri, PrE-Text);
 - masked filler: ``FacebookAI/roberta-large`` (PrE-Text's mask filler, temperature 1, top-p 1);
-- embedder: ``sentence-transformers/all-MiniLM-L6-v2`` (all papers).
+- embedder: ``sentence-transformers/all-MiniLM-L6-v2`` (all papers);
+- the preference track's own models (paper 003 §5, App. B.3): ψ ``BAAI/bge-large-en-v1.5``,
+  candidate writer ``meta-llama/Llama-2-7b-chat-hf`` (its code's id; sampled like the
+  generator) and the downstream policy ``EleutherAI/pythia-2.8b`` (the deduplicated-or-not
+  and base-or-SFT checkpoint is not named; the plain base model is used).
 Canonical org-prefixed ids are used (``roberta-large``/``distilgpt2`` redirect to them on the
 hub, but a local cache is keyed by the id actually downloaded). Nothing is downloaded when
 ``HF_HUB_OFFLINE=1``: a model missing from the local cache raises
@@ -39,6 +43,9 @@ class PaperModels:
     public_llm: str = "TinyLlama/TinyLlama_v1.1"
     masked_filler: str = "FacebookAI/roberta-large"
     embedder: str = "sentence-transformers/all-MiniLM-L6-v2"
+    preference_embedder: str = "BAAI/bge-large-en-v1.5"
+    preference_generator: str = "meta-llama/Llama-2-7b-chat-hf"
+    preference_policy: str = "EleutherAI/pythia-2.8b"
     revision: str = "main"
     vllm_gpu_memory_utilization: float = 0.5  # leaves room for the transformers copy
 
@@ -62,42 +69,61 @@ class PaperProfile(ModelProfile):
     def __init__(self, models: PaperModels | None = None) -> None:
         self.models = models or PaperModels()
 
-    def _hf_generator(self) -> HFGenerator:
+    def _hf_generator(self, model_id: str) -> HFGenerator:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        m = self.models
+        revision = self.models.revision
         device = _device()
         dtype = torch.bfloat16 if device == "cuda" else torch.float32
-        tokenizer = from_hub(AutoTokenizer.from_pretrained, m.generator, m.revision)
-        model = from_hub(AutoModelForCausalLM.from_pretrained, m.generator, m.revision, dtype=dtype)
-        return HFGenerator(model, tokenizer, m.generator, batch_size=16, device=device)
+        tokenizer = from_hub(AutoTokenizer.from_pretrained, model_id, revision)
+        model = from_hub(AutoModelForCausalLM.from_pretrained, model_id, revision, dtype=dtype)
+        return HFGenerator(model, tokenizer, model_id, batch_size=16, device=device)
 
-    @cached_property
-    def _generator(self) -> Generator:
+    def _sampler(self, model_id: str) -> Generator:
+        """``model_id`` as a generator: vLLM for sampling where it runs, else transformers."""
         if not use_vllm():
-            return self._hf_generator()
+            return self._hf_generator(model_id)
         from vllm import LLM
 
         from benchmark.profiles.vllm_generator import VLLMGenerator
 
         m = self.models
-        require_cached(m.generator, m.revision)
+        require_cached(model_id, m.revision)
         llm = LLM(
-            model=m.generator,
+            model=model_id,
             revision=m.revision,
             dtype="bfloat16",
             gpu_memory_utilization=m.vllm_gpu_memory_utilization,
         )
-        return VLLMGenerator(llm, m.generator, self._hf_generator)
+        return VLLMGenerator(llm, model_id, lambda: self._hf_generator(model_id))
+
+    @cached_property
+    def _generator(self) -> Generator:
+        return self._sampler(self.models.generator)
+
+    @cached_property
+    def _preference_generator(self) -> Generator:
+        return self._sampler(self.models.preference_generator)
+
+    @cached_property
+    def _preference_policy(self) -> HFGenerator:
+        """Trained (SFT, DPO) and scored, never sampled in bulk: transformers only."""
+        return self._hf_generator(self.models.preference_policy)
+
+    def _sentence_embedder(self, model_id: str) -> SentenceTransformerEmbedder:
+        from sentence_transformers import SentenceTransformer
+
+        model = from_hub(SentenceTransformer, model_id, self.models.revision, device=_device())
+        return SentenceTransformerEmbedder(model, model_id)
 
     @cached_property
     def _embedder(self) -> SentenceTransformerEmbedder:
-        from sentence_transformers import SentenceTransformer
+        return self._sentence_embedder(self.models.embedder)
 
-        m = self.models
-        model = from_hub(SentenceTransformer, m.embedder, m.revision, device=_device())
-        return SentenceTransformerEmbedder(model, m.embedder)
+    @cached_property
+    def _preference_embedder(self) -> SentenceTransformerEmbedder:
+        return self._sentence_embedder(self.models.preference_embedder)
 
     def _causal_lm(self, model_id: str) -> PretrainedLM:
         import torch
@@ -153,6 +179,15 @@ class PaperProfile(ModelProfile):
     def masked_filler(self) -> MLMFiller:
         return self._filler
 
+    def preference_embedder(self) -> SentenceTransformerEmbedder:
+        return self._preference_embedder
+
+    def preference_generator(self) -> Generator:
+        return self._preference_generator
+
+    def preference_policy(self) -> HFGenerator:
+        return self._preference_policy
+
     def describe(self) -> dict[str, str]:
         m = self.models
         return {
@@ -164,6 +199,9 @@ class PaperProfile(ModelProfile):
             "public_llm": f"{m.public_llm} (paper 002's LaMDA 2B is not public)",
             "masked_filler": m.masked_filler,
             "embedder": m.embedder,
+            "preference_embedder": m.preference_embedder,
+            "preference_generator": m.preference_generator,
+            "preference_policy": m.preference_policy,
             "revision": m.revision,
             **{
                 dist: distribution_version(dist)
