@@ -68,6 +68,10 @@ class Suite:
     metrics: tuple[dict[str, Any], ...] = STANDARD_METRICS
     methods: tuple[str, ...] = PUBLISHED_METHODS
     method_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Parameters selected on validation for one (method, ε) (:mod:`leaderboard.tuning`),
+    # over ``method_params``. Each selection is its signed report's under
+    # ``results/<version>/<split>/_tuning/``; tests/test_published_results.py holds them equal.
+    selected_params: dict[str, dict[float, dict[str, Any]]] = field(default_factory=dict)
     downstream: dict[str, Any] = field(default_factory=dict)
     # Fewer seeds at some budgets (paper 000's ε grid: 3 seeds at ε = 1, 1 at ε = 7).
     seeds_by_epsilon: dict[float, tuple[int, ...]] = field(default_factory=dict)
@@ -99,8 +103,9 @@ class Suite:
         params: dict[str, Any] | None = None,
     ) -> RunSpec:
         """The run spec of one grid cell; ``params`` override the suite's method parameters
-        (a tuning candidate, :mod:`leaderboard.tuning`)."""
-        method_params = {**self.method_params.get(method, {}), **(params or {})}
+        and its selections (a tuning candidate, :mod:`leaderboard.tuning`)."""
+        selected = self.selected_params.get(method, {}).get(epsilon, {})
+        method_params = {**self.method_params.get(method, {}), **selected, **(params or {})}
         return spec_from_dict(
             {
                 "split": {"path": str(split_path)},
@@ -194,6 +199,12 @@ BENCH_PARAMS: dict[str, dict[str, Any]] = {
     "pe_sft": {**BENCH_PE, "generate_size": BENCH_RELEASE},
     "popri": {"num_synthetic": BENCH_RELEASE},
 }
+# Paper 000 App. D.2's lr × clip grid ({0.001, 0.01, 0.1} × {0.01, 0.1, 1.0}), selected on
+# validation top-1 at seed 0 per method and ε (`fedsynth suite tune bench`); the reports are
+# results/lb-06741a6a58/chitchat-v-46c5253d2d1f/_tuning/<method>__eps<ε>__seed0__*.json.
+BENCH_SELECTED: dict[str, dict[float, dict[str, Any]]] = {
+    "dp_fedavg": {1.0: {"client_lr": 0.1, "clip_norm": 1.0}},
+}
 
 # The preference track (paper 003): the offline chitchat preference pairs (a reply a person
 # wrote, preferred over a same-topic reply from another conversation; one tuple per privacy
@@ -277,6 +288,7 @@ SUITES = {
         seeds_by_epsilon={7.0: (0,)},
         metrics=BENCH_METRICS,
         method_params=BENCH_PARAMS,
+        selected_params=BENCH_SELECTED,
         downstream={"model_samples": 1000, "epochs": 3, "lr": 2e-4},
     ),
     "tiny": Suite(

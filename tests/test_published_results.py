@@ -2,9 +2,11 @@
 digest, ε recomputed from its ledgers, split hash, and an Ed25519 signature by a key in
 results/_keys/ — so an entry edited by hand (even with its digest recomputed) cannot land."""
 
+import json
 from pathlib import Path
 
 from leaderboard.store import entry_files, manifest_hashes, read_entry
+from leaderboard.suites import SUITES
 from leaderboard.verify import verify_tree
 
 PUBLISHED = Path(__file__).resolve().parent.parent / "results"
@@ -22,3 +24,24 @@ def test_every_published_entry_carries_the_canary_audit():
         bound = read_entry(path)["audit"].get("canary.epsilon_lower_bound")
         assert bound is not None and bound["n"] >= 1, path
         assert all(value >= 0.0 for value in bound["values"]), path
+
+
+def test_every_adopted_selection_is_a_published_tuning_reports_choice():
+    """A suite's ``selected_params`` are what a signed tuning report selected on validation
+    for that suite, method and ε (verify checks each report against its kept records), so
+    no hand-picked value can pass as tuned."""
+    reports = [json.loads(p.read_text()) for p in PUBLISHED.glob("*/*/_tuning/*.json")]
+    adopted = [
+        (suite.name, method, epsilon, params)
+        for suite in SUITES.values()
+        for method, by_epsilon in suite.selected_params.items()
+        for epsilon, params in by_epsilon.items()
+    ]
+    assert adopted, "the bench suite adopts its DP-FL selections"
+    for suite, method, epsilon, params in adopted:
+        matching = [
+            r["selected"]
+            for r in reports
+            if (r["suite"], r["method"], r["epsilon"]) == (suite, method, epsilon)
+        ]
+        assert matching == [params], (suite, method, epsilon)

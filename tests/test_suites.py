@@ -1,7 +1,9 @@
 """Suite definitions: every method parameter a suite sets is one its adapter accepts, and
 the run grid follows the per-ε seeds."""
 
+import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +20,22 @@ def test_every_suite_parameter_resolves_and_validates_for_its_profile(name):
     suite = SUITES[name]
     for method in suite.methods:
         cls = METHODS.get(method)
-        cls(cls.resolve_config(suite.profile, suite.method_params.get(method, {})))
+        for epsilon in suite.budgets(method):
+            params = suite.spec(method, epsilon, 0, Path("unused")).method.params
+            cls(cls.resolve_config(suite.profile, params))
+
+
+def test_a_selection_applies_at_its_own_epsilon_and_a_candidate_overrides_it():
+    suite = dataclasses.replace(
+        SUITES["bench"], selected_params={"dp_fedavg": {1.0: {"client_lr": 0.1}}}
+    )
+
+    def params(epsilon, candidate=None):
+        return suite.spec("dp_fedavg", epsilon, 0, Path("unused"), candidate).method.params
+
+    assert params(1.0) == {**suite.method_params["dp_fedavg"], "client_lr": 0.1}
+    assert params(7.0) == suite.method_params["dp_fedavg"]
+    assert params(1.0, {"client_lr": 0.01})["client_lr"] == 0.01
 
 
 def test_the_bench_grid_has_three_seeds_at_eps_1_and_one_at_eps_7():
@@ -31,8 +48,6 @@ def test_the_bench_grid_has_three_seeds_at_eps_1_and_one_at_eps_7():
 def test_finished_only_writes_entries_from_finished_runs_and_runs_nothing(tmp_path):
     """A long grid's rows can be published as they finish: ``finished_only`` builds entries
     from the runs already under ``runs_root`` and starts none of the others."""
-    import dataclasses
-
     from leaderboard.suites import run_suite
 
     suite = dataclasses.replace(SUITES["tiny"], metrics=())
