@@ -44,6 +44,18 @@ def write_entry(root: Path, entry: dict[str, Any]) -> Path:
     return path
 
 
+def superseded_entries(root: Path, entry: dict[str, Any]) -> list[Path]:
+    """The other entries of ``entry``'s cell under ``root``: the same version, split,
+    method, ε, privacy unit and profile (the readable part of the entry key) from another
+    resolved spec (the key's last part, the spec's digest), e.g. before a tuned parameter
+    was adopted. A table shows one row per cell, so they are what ``entry`` replaces."""
+    path = entry_path(root, entry)
+    cell = entry["entry_key"].rpartition("__")[0]
+    return sorted(
+        p for p in path.parent.glob("*.json") if p != path and p.stem.rpartition("__")[0] == cell
+    )
+
+
 def read_entry(path: Path) -> dict[str, Any]:
     """Read and validate one entry (schema and integrity digest)."""
     try:

@@ -8,6 +8,7 @@ submitted with ``fedsynth submit`` is run through a suite exactly like the built
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -22,6 +23,7 @@ from leaderboard.executors import Executor, Job, LocalExecutor, cached_split, ru
 from leaderboard.signing import host_key, keyring, sign_entry, verified_body
 from leaderboard.store import (
     stored_records,
+    superseded_entries,
     write_entry,
     write_manifest,
     write_record,
@@ -30,6 +32,8 @@ from leaderboard.store import (
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+_log = logging.getLogger(__name__)
 
 PUBLISHED_METHODS = (
     "public_only",
@@ -204,6 +208,7 @@ BENCH_PARAMS: dict[str, dict[str, Any]] = {
 # results/lb-06741a6a58/chitchat-v-46c5253d2d1f/_tuning/<method>__eps<ε>__seed0__*.json.
 BENCH_SELECTED: dict[str, dict[float, dict[str, Any]]] = {
     "dp_fedavg": {1.0: {"client_lr": 0.1, "clip_norm": 1.0}},
+    "dp_ftrl": {1.0: {"client_lr": 0.1, "clip_norm": 1.0}},
 }
 
 # The preference track (paper 003): the offline chitchat preference pairs (a reply a person
@@ -340,7 +345,15 @@ def get_suite(name: str) -> Suite:
     return SUITES[name]
 
 
-INSTRUMENT_KEYS = ("ondevice_lm", "ondevice_tokenizer", "ondevice_corpus", "embedder")
+# The preference policy is the preference track's instrument where a profile names its own
+# (paper: Pythia-2.8B); in tiny and cpu it is the generator and not described apart.
+INSTRUMENT_KEYS = (
+    "ondevice_lm",
+    "ondevice_tokenizer",
+    "ondevice_corpus",
+    "embedder",
+    "preference_policy",
+)
 
 
 def instrument(profile: str) -> dict[str, str]:
@@ -451,7 +464,9 @@ def run_suite(
     ``finished_only`` nothing is run: entries are written from the runs already finished
     (a long grid's rows as they complete, with the seeds they have so far). ``executor``
     runs the grid (default: one run after another here; :mod:`leaderboard.executors`);
-    ``client_actors`` > 0 spreads each run's clients over that many Ray actors.
+    ``client_actors`` > 0 spreads each run's clients over that many Ray actors. An entry
+    replaces the entries of its cell written with other parameters (the old runs' records
+    stay in the store).
     """
     store = open_store(suite, results_root, splits_root)
     jobs = [
@@ -472,4 +487,7 @@ def run_suite(
     ]
     for entry in entries:
         write_entry(results_root, entry)
+        for old in superseded_entries(results_root, entry):
+            _log.warning("%s replaces %s (the cell's parameters changed)", entry["entry_key"], old)
+            old.unlink()
     return entries

@@ -17,7 +17,8 @@ run's time. What is kept: every candidate's run record (signed, in the store's
 signed report in ``<version>/<split>/_tuning/`` with each point's validation score and the
 selection, never a test number (:mod:`leaderboard.selection`, which ``leaderboard verify``
 uses to check the report against the kept records). The selected parameters become the
-suite's ``method_params`` by an edit of :mod:`leaderboard.suites` that cites the report.
+suite's ``selected_params`` for that method and ε by an edit of :mod:`leaderboard.suites`
+(a test holds it equal to the report's selection).
 The seed may be any (a seed outside the suite's keeps the tuning's noise draws apart from
 the reported runs'; the default is the suite's first).
 

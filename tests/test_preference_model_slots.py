@@ -5,6 +5,8 @@ Pythia-2.8B there while the other tracks keep its generator and embedder."""
 import pytest
 from model_methods_support import make_preference_split
 
+from benchmark.profiles.base import Generator
+from benchmark.profiles.hf_generator import HFGenerator
 from benchmark.profiles.tiny import TinyProfile
 from benchmark.runner import run
 from benchmark.spec import spec_from_dict
@@ -13,12 +15,34 @@ SLOTS = ("preference_embedder", "preference_generator", "preference_policy")
 ALIGNMENT = {"sft_epochs": 1, "dpo_epochs": 1, "batch_size": 8, "max_completion_tokens": 8}
 
 
+class Writer(Generator):
+    """A candidate writer apart from the policy: fixed replies, and no model to train."""
+
+    name = "writer"
+
+    def generate(self, prompts, params, chat=True):
+        return [f"written reply {i}" for i in range(len(prompts))]
+
+    def logprobs(self, prompts, completions, chat=True):
+        raise AssertionError("the candidate writer was scored as the policy")
+
+
+class Policy(HFGenerator):
+    """The downstream policy: trained and scored, never asked to write candidates."""
+
+    def generate(self, prompts, params, chat=True):
+        raise AssertionError("the policy was asked to write the candidates")
+
+
 class PreferenceSlotsProfile(TinyProfile):
-    """``tiny``, but the preference track may not touch its generator or embedder: each
-    preference slot records its use and serves the tiny model."""
+    """``tiny``, but the preference track may not touch its generator or embedder, and its
+    writer and policy are different objects; each slot records its use."""
 
     def __init__(self) -> None:
         self.used: set[str] = set()
+        base = TinyProfile.generator(self)
+        self.writer = Writer()
+        self.policy = Policy(base.model, base.tokenizer, "policy")
 
     def generator(self):
         raise AssertionError("the preference track read the profile's generator")
@@ -32,11 +56,11 @@ class PreferenceSlotsProfile(TinyProfile):
 
     def preference_generator(self):
         self.used.add("preference_generator")
-        return TinyProfile.generator(self)
+        return self.writer
 
     def preference_policy(self):
         self.used.add("preference_policy")
-        return TinyProfile.generator(self)
+        return self.policy
 
 
 def run_on_slots(tmp_path, method: str, params: dict) -> set[str]:
@@ -60,6 +84,9 @@ def run_on_slots(tmp_path, method: str, params: dict) -> set[str]:
     split.parts["test"] = split.records("train")[:16]
     result = run(spec, runs_root=tmp_path / "runs", profile=profile, split=split)
     assert result.record["metrics"]["reward_accuracy.n"] == 16
+    if result.artifact.kind == "preferences":  # ranked from the writer's candidates
+        pairs = result.artifact.pairs
+        assert pairs and all(p["chosen"].startswith("written reply") for p in pairs)
     return profile.used
 
 
@@ -82,3 +109,17 @@ def test_by_default_the_slots_are_the_generator_and_the_embedder():
     assert profile.preference_embedder() is profile.embedder()
     assert profile.preference_generator() is profile.generator()
     assert profile.preference_policy() is profile.generator()
+
+
+def test_the_trusted_side_builds_the_preference_slots_caches():
+    """A sandboxed method process reads model caches but never writes them, so the harness
+    loads every slot before it starts (on ``paper``: bge-large, Llama-2-7b-chat, Pythia)."""
+    calls: list[str] = []
+
+    class Counting(TinyProfile):
+        pass
+
+    for slot in SLOTS:
+        setattr(Counting, slot, lambda self, slot=slot: calls.append(slot))
+    Counting().build_caches()
+    assert sorted(calls) == sorted(SLOTS)

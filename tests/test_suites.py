@@ -69,11 +69,10 @@ def test_the_store_keeps_each_runs_record_and_a_grid_resumes_from_it(tmp_path):
     """A grid's run directories may be lost with the machine (a long grid over sessions):
     the signed records kept in the results store rebuild the same entry, and only the
     runs the store lacks are run."""
-    import dataclasses
     import json
     import shutil
 
-    from leaderboard.store import record_files
+    from leaderboard.store import entry_files, record_files
     from leaderboard.suites import run_suite
     from leaderboard.verify import verify_tree
 
@@ -95,6 +94,16 @@ def test_the_store_keeps_each_runs_record_and_a_grid_resumes_from_it(tmp_path):
     assert grown["spec"]["seeds"] == [0, 1, 2]
     assert [p.name for p in (tmp_path / "r3").iterdir()] == [grown["runs"][2]]
     assert verify_tree(results) == []
+
+    # adopting a tuned parameter changes the cell's spec digest: the new runs' entry
+    # replaces the cell's old one (one row per cell), and the old runs' records stay
+    tuned = dataclasses.replace(
+        suite, seeds=(0,), selected_params={"public_only": {0.0: {"public_epochs": 1}}}
+    )
+    (replaced,) = run_suite(tuned, methods=["public_only"], runs_root=tmp_path / "r3", **roots)
+    assert replaced["entry_key"] != grown["entry_key"]
+    assert [p.stem for p in entry_files(results)] == [replaced["entry_key"]]
+    assert len(record_files(results)) == 4
 
     record = record_files(results)[0]
     edited = json.loads(record.read_text())

@@ -130,3 +130,6 @@ class ModelProfile(ABC):
         self.embedder()
         self.ondevice_lm()
         self.masked_filler()
+        self.preference_embedder()
+        self.preference_generator()
+        self.preference_policy()
