@@ -5,7 +5,7 @@ results/_keys/ — so an entry edited by hand (even with its digest recomputed) 
 import json
 from pathlib import Path
 
-from leaderboard.store import entry_files, manifest_hashes, read_entry
+from leaderboard.store import entry_files, manifest_hashes, read_entry, tuning_files
 from leaderboard.suites import SUITES
 from leaderboard.verify import verify_tree
 
@@ -30,7 +30,7 @@ def test_every_adopted_selection_is_a_published_tuning_reports_choice():
     """A suite's ``selected_params`` are what a signed tuning report selected on validation
     for that suite, method and ε (verify checks each report against its kept records), so
     no hand-picked value can pass as tuned."""
-    reports = [json.loads(p.read_text()) for p in PUBLISHED.glob("*/*/_tuning/*.json")]
+    reports = [json.loads(p.read_text()) for p in tuning_files(PUBLISHED)]
     adopted = [
         (suite.name, method, epsilon, params)
         for suite in SUITES.values()
