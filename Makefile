@@ -30,9 +30,11 @@ run: $(STAMP)
 $(BROWSER):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver
 
+# One pytest worker per core (at most 4; pytest-xdist), each taking whole files so that a
+# module's fixtures are built once; every worker has its own caches (tests/conftest.py).
 test: $(STAMP) $(BROWSER)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/python -m pytest -q -m "not slow"
+	$(VENV)/bin/python -m pytest -q -m "not slow" -n auto --maxprocesses=4 --dist loadfile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -67,14 +67,22 @@ def publish(root, entry):
     return write_entry(root, sign_entry(entry, host_key(root)))
 
 
-@pytest.fixture
-def store(tmp_path):
-    root = tmp_path / "results"
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    """Two signed entries (ε = 1 and 4, three seeds each): six real runs, made once."""
+    base = tmp_path_factory.mktemp("published")
+    root = base / "results"
     version = version_of(version_definition(["abc"], [{"name": "toy"}]))
     write_manifest(root, version, "toy", {"version": "v-test", "content_hash": "abc"})
     for eps in (1.0, 4.0):
-        publish(root, build_entry(fake_records(tmp_path, eps, seeds=(0, 1, 2)), version))
+        publish(root, build_entry(fake_records(base, eps, seeds=(0, 1, 2)), version))
     return root
+
+
+@pytest.fixture
+def store(published, tmp_path):
+    """The published store, copied for each test (several tamper with it)."""
+    return Path(shutil.copytree(published, tmp_path / "results"))
 
 
 def test_entry_summarises_seeds(store):
