@@ -207,7 +207,10 @@ BENCH_PARAMS: dict[str, dict[str, Any]] = {
 # validation top-1 at seed 0 per method and ε (`fedsynth suite tune bench`); the reports are
 # results/lb-06741a6a58/chitchat-v-46c5253d2d1f/_tuning/<method>__eps<ε>__seed0__*.json.
 BENCH_SELECTED: dict[str, dict[float, dict[str, Any]]] = {
-    "dp_fedavg": {1.0: {"client_lr": 0.1, "clip_norm": 1.0}},
+    "dp_fedavg": {
+        1.0: {"client_lr": 0.1, "clip_norm": 1.0},
+        7.0: {"client_lr": 0.1, "clip_norm": 1.0},
+    },
     "dp_ftrl": {1.0: {"client_lr": 0.1, "clip_norm": 1.0}},
 }
 
