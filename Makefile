@@ -31,10 +31,14 @@ $(BROWSER):
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver
 
 # One pytest worker per core (at most 4; pytest-xdist), each taking whole files so that a
-# module's fixtures are built once; every worker has its own caches (tests/conftest.py).
+# module's fixtures are built once, the end-to-end files first; every worker has its own
+# caches (tests/conftest.py). The `alone` tests (a local Ray cluster, two tasks at once)
+# run afterwards, serially: beside another worker they took 3-5x as long (measured).
 test: $(STAMP) $(BROWSER)
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/python -m pytest -q -m "not slow" -n auto --maxprocesses=4 --dist loadfile
+	$(VENV)/bin/python -m pytest -q -m "not slow and not alone" -n auto --maxprocesses=4 \
+		--dist loadfile --no-loadscope-reorder
+	$(VENV)/bin/python -m pytest -q -m "alone and not slow"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -25,3 +25,12 @@ os.environ["HF_HOME"] = os.path.join(_SESSION_DIR, "huggingface")
 os.environ["FEDSYNTH_CACHE"] = os.path.join(_SESSION_DIR, "fedsynth")
 # entries are signed with a throw-away key, never the host's ~/.config/fedsynth one
 os.environ["FEDSYNTH_SIGNING_KEY"] = os.path.join(_SESSION_DIR, "signing-key.pem")
+
+
+def pytest_collection_modifyitems(items):
+    """Files marked ``end_to_end`` (whole suites, grids and isolated runs: minutes each) go
+    first, each file's tests in their own order. `make test` hands whole files to its
+    pytest-xdist workers in this order (``--no-loadscope-reorder``), so the long files start
+    at once; by default xdist orders files by test count, which left the Ray and quickstart
+    files running alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("end_to_end") is None)

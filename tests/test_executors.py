@@ -8,6 +8,8 @@ import pytest
 from leaderboard.executors import Job, LocalExecutor, RayExecutor, make_executor
 from leaderboard.suites import SUITES, run_suite
 
+pytestmark = pytest.mark.alone  # a local Ray cluster: run after the parallel part (Makefile)
+
 ray = pytest.importorskip("ray")  # the cluster extra; `make test` installs it
 
 SPEC_NOISE = {"noise_seed": "spec", "guarantee": "simulated"}

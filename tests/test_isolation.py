@@ -16,6 +16,8 @@ from benchmark.privacy.errors import PrivacyError
 from benchmark.runner import run
 from benchmark.spec import spec_from_dict
 
+pytestmark = pytest.mark.end_to_end  # scheduled first (tests/conftest.py)
+
 needs_landlock = pytest.mark.skipif(landlock_abi() < 6, reason="needs Landlock ABI >= 6")
 TRAIN_TEXTS = [r["text"] for r in make_split().records("train")]
 

@@ -3,10 +3,13 @@ submission ranked beside the published methods in the same leaderboard version."
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from benchmark.cli.main import cli
 from leaderboard.suites import PUBLISHED_METHODS
+
+pytestmark = pytest.mark.end_to_end  # scheduled first (tests/conftest.py)
 
 ADAPTER = __file__.replace("test_quickstart.py", "example_adapter.py")
 

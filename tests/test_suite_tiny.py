@@ -12,6 +12,8 @@ from benchmark.privacy.ledger import PrivacyLedger
 from leaderboard.schema import EntryError
 from leaderboard.suites import PUBLISHED_METHODS, SUITES, run_suite
 
+pytestmark = pytest.mark.end_to_end  # scheduled first (tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def entries(tmp_path_factory):

@@ -11,6 +11,8 @@ from benchmark.privacy.accountants import epsilon_from_ledger
 from benchmark.privacy.ledger import PrivacyLedger
 from leaderboard.suites import PREFERENCE_METHODS, SUITES, run_suite
 
+pytestmark = pytest.mark.end_to_end  # scheduled first (tests/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def entries(tmp_path_factory):

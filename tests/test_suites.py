@@ -12,6 +12,8 @@ from benchmark.registry import METHODS
 from leaderboard.schema import EntryError
 from leaderboard.suites import SUITES
 
+pytestmark = pytest.mark.end_to_end  # scheduled first (tests/conftest.py)
+
 
 @pytest.mark.parametrize("name", sorted(SUITES))
 def test_every_suite_parameter_resolves_and_validates_for_its_profile(name):

@@ -16,6 +16,8 @@ from leaderboard.suites import SUITES
 from leaderboard.tuning import tune
 from leaderboard.verify import verify_tree
 
+pytestmark = pytest.mark.end_to_end  # scheduled first (tests/conftest.py)
+
 NAN = math.nan
 
 
