@@ -20,8 +20,20 @@ def json_epsilon(value: float) -> float | str:
     return value if math.isfinite(value) else "inf"
 
 
+def release_writer(models: dict[str, str], release_kind: str) -> str:
+    """The model whose text a release is made of, the one a contamination check concerns:
+    the candidate writer for preference pairs (paper 003's Llama-2-7b-chat on ``paper``; on
+    profiles that name no separate writer, the generator), the generator otherwise. A
+    released model (DP-FL's on-device LM, the preference policy) is still checked against
+    the generator: its own pretraining data is not registered here."""
+    if release_kind == "preferences":
+        return models.get("preference_generator", models.get("generator", ""))
+    return models.get("generator", "")
+
+
 def contamination(manifest: dict[str, Any], generator: str) -> dict[str, str]:
-    """Whether the profile's generator may have seen the split's private data."""
+    """Whether ``generator`` (a model id, optionally followed by its revision) may have
+    seen the split's private data."""
     from datasets_builders.contamination import check
 
     model = generator.split()[0] if generator else "unknown"
@@ -57,8 +69,10 @@ def build_record(
     wall_seconds: float,
     profile: Any,
     role: str,
+    release_kind: str,
 ) -> dict[str, Any]:
     spec = resolved.spec
+    models = profile.describe()
     return {
         "schema_version": SCHEMA_VERSION,
         "run_key": resolved.run_key,
@@ -68,7 +82,7 @@ def build_record(
             "version": split.version,
             "content_hash": split.content_hash,
         },
-        "contamination": contamination(split.manifest, profile.describe().get("generator", "")),
+        "contamination": contamination(split.manifest, release_writer(models, release_kind)),
         "method": {"name": spec.method.name, "role": role, "config": resolved.method_config},
         "privacy": {
             "epsilon": json_epsilon(epsilon),
@@ -84,7 +98,7 @@ def build_record(
         "metrics": metrics,
         "evaluation": evaluation,
         "costs": costs,
-        "models": profile.describe(),
+        "models": models,
         "wall_seconds": wall_seconds,
         "hardware": hardware(),
         "code_version": code_version(),

@@ -501,6 +501,7 @@ def _drive(
         wall_seconds=method_seconds,
         profile=ctx.profile,
         role=role,
+        release_kind=artifact.kind,
     )
     write_record(record, run_dir / RESULT)
     return RunResult(resolved.run_key, run_dir, record, artifact)

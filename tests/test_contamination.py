@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from benchmark.records import contamination, release_writer
 from datasets_builders.contamination import MODELS, check, lookup
 
 
@@ -46,3 +47,18 @@ def test_registry_names_aliases_and_unknown_models():
     assert all(m.cutoff_end[:7] == m.cutoff for m in MODELS)
     with pytest.raises(KeyError, match="no knowledge cut-off registered"):
         lookup("gpt-17")
+
+
+def test_a_preference_release_is_checked_against_the_model_that_wrote_it():
+    """A split dated after Llama-2's pretraining cut-off but inside its chat tuning data:
+    texts from the base model are clean, pairs written by the chat model are not."""
+    models = {
+        "generator": "meta-llama/Llama-2-7b-hf",
+        "preference_generator": "meta-llama/Llama-2-7b-chat-hf",
+    }
+    split = manifest("2022-10-01")
+    texts = contamination(split, release_writer(models, "texts"))
+    pairs = contamination(split, release_writer(models, "preferences"))
+    assert (texts["model"], texts["verdict"]) == ("llama-2-7b", "clean")
+    assert (pairs["model"], pairs["verdict"]) == ("llama-2-7b-chat", "contaminated")
+    assert release_writer({"generator": "gpt2"}, "preferences") == "gpt2"  # no separate writer

@@ -12,6 +12,7 @@ from benchmark.runner import run
 from benchmark.spec import spec_from_dict
 
 SLOTS = ("preference_embedder", "preference_generator", "preference_policy")
+WRITER_ID = "meta-llama/Llama-2-7b-chat-hf"  # as `paper` names its writer
 ALIGNMENT = {"sft_epochs": 1, "dpo_epochs": 1, "batch_size": 8, "max_completion_tokens": 8}
 
 
@@ -62,6 +63,9 @@ class PreferenceSlotsProfile(TinyProfile):
         self.used.add("preference_policy")
         return self.policy
 
+    def describe(self) -> dict[str, str]:
+        return {**TinyProfile.describe(self), "preference_generator": WRITER_ID}
+
 
 def run_on_slots(tmp_path, method: str, params: dict) -> set[str]:
     """Run ``method`` through the runner (in process: the profile object is the one used)
@@ -84,9 +88,13 @@ def run_on_slots(tmp_path, method: str, params: dict) -> set[str]:
     split.parts["test"] = split.records("train")[:16]
     result = run(spec, runs_root=tmp_path / "runs", profile=profile, split=split)
     assert result.record["metrics"]["reward_accuracy.n"] == 16
+    checked = result.record["contamination"]["model"].lower()
     if result.artifact.kind == "preferences":  # ranked from the writer's candidates
         pairs = result.artifact.pairs
         assert pairs and all(p["chosen"].startswith("written reply") for p in pairs)
+        assert "llama-2-7b-chat" in checked  # the record checks the model that wrote them
+    else:
+        assert "llama" not in checked
     return profile.used
 
 
