@@ -34,7 +34,7 @@ def release_writer(models: dict[str, str], release_kind: str) -> str:
 def contamination(manifest: dict[str, Any], generator: str) -> dict[str, str]:
     """Whether ``generator`` (a model id, optionally followed by its revision) may have
     seen the split's private data."""
-    from datasets_builders.contamination import check
+    from benchmark.model_cutoffs import check
 
     model = generator.split()[0] if generator else "unknown"
     if manifest.get("demo"):  # whatever the model, it has seen a demo corpus

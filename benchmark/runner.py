@@ -91,7 +91,7 @@ class RunResult:
 def load_run_split(spec: RunSpec) -> FederatedSplit:
     """The spec's split, checked against its manifest; a missing, unfinished or altered
     split is a spec error naming ``split.path``."""
-    from datasets_builders.storage import IncompleteSplitError, SplitError, load_split
+    from benchmark.split_storage import IncompleteSplitError, SplitError, load_split
 
     try:
         split = load_split(Path(spec.split.path))

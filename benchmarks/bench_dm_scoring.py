@@ -53,7 +53,7 @@ def main() -> None:
     from benchmark.profiles import get_profile
     from benchmark.profiles.ondevice_kinds import SmallOnDeviceLM, SmallShape, ondevice_tokenizer
     from benchmark.profiles.teacher_corpus import teacher_corpus
-    from datasets_builders.storage import load_split
+    from benchmark.split_storage import load_split
     from leaderboard.suites import ensure_split, get_suite
     from methods.dp_ftrl_dm import DPFTRLDM
     from methods.public_training import top_fraction

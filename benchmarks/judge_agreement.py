@@ -50,7 +50,7 @@ def main() -> None:
 
     from benchmark.evaluation.judges import make_judge
     from benchmark.profiles import get_profile
-    from datasets_builders.storage import load_split
+    from benchmark.split_storage import load_split
     from leaderboard.suites import ensure_split, get_suite
 
     split = load_split(ensure_split(get_suite("prefs"), args.splits))

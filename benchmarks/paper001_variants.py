@@ -28,7 +28,7 @@ from variant_table import read_records, summary, write_record
 
 from benchmark.runner import run
 from benchmark.spec import spec_from_dict
-from datasets_builders.storage import is_complete, load_split
+from benchmark.split_storage import is_complete, load_split
 
 SPLIT_OPTIONS = {
     "partition": "iid",

@@ -59,7 +59,7 @@ def warm_teacher(split_path: Path) -> None:
     from benchmark.data import TEXT
     from benchmark.profiles import get_profile
     from benchmark.profiles.teacher_corpus import teacher_corpus
-    from datasets_builders.storage import load_split
+    from benchmark.split_storage import load_split
     from methods.dp_ftrl_dm import DPFTRLDM
 
     config = DPFTRLDM.resolve_config("cpu", {})

@@ -43,7 +43,7 @@ def main() -> None:
     from benchmark.profiles import get_profile
     from benchmark.profiles.base import SamplingParams
     from benchmark.profiles.hf_generator import context_length
-    from datasets_builders.storage import load_split
+    from benchmark.split_storage import load_split
 
     split = load_split(args.split)
     train = split.records("train")

@@ -27,8 +27,8 @@
 8. **contribution cap**: at most ``cap`` samples per client in train/validation/test,
    a seeded uniform subsample per client (the harness's contribution bound; PrE-Text
    used 8 or 16); ``public_max`` subsamples the public part;
-9. **manifest and storage**: see :mod:`datasets_builders.manifest` and
-   :mod:`datasets_builders.storage`.
+9. **manifest and storage**: see :mod:`benchmark.split_manifest` and
+   :mod:`benchmark.split_storage`.
 
 Public rules: ``none``; ``clients:X`` (a fraction X < 1 or a count X of the partitioned
 clients, drawn before the held-out ones); ``label:A,B`` (documents with these labels, e.g.
@@ -72,11 +72,12 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
+from benchmark import split_manifest as mf
+from benchmark import split_storage
 from benchmark.data import CLIENT_ID, DATE, LABEL, PARTS, SOURCE_ID, STRONG, TEXT
 from benchmark.files import atomic_write
 
-from . import manifest as mf
-from . import partitioners, storage
+from . import partitioners
 from .source import Source, SourceRecord
 
 PART_KEY = "part"
@@ -519,7 +520,7 @@ def _flatten_extra(extra: dict[str, Any]) -> dict[str, Any]:
     for key, value in extra.items():
         if key == PART_KEY:
             continue
-        if key in storage.BASE_COLUMNS:
+        if key in split_storage.BASE_COLUMNS:
             raise SplitError(f"extra field {key!r} clashes with a column name")
         if isinstance(value, list | dict):
             value = json.dumps(value, sort_keys=True, default=str)
@@ -648,7 +649,7 @@ def build_split(
     """Build, hash and store one split; returns its manifest."""
     options.validate()
     _check_window(source, options)  # before any fetch: fail fast
-    storage.check_target(out_dir, overwrite)
+    split_storage.check_target(out_dir, overwrite)
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(source)
     tokenizer = load_tokenizer(options.tokenizer) if options.span_length is not None else None
     revision = source.revision(dict(options.source_options))
@@ -710,7 +711,7 @@ def build_split(
             "strong_fraction": options.strong_fraction,
             "strong_clients": sum(bool(i.get("strong")) for i in client_info.values()),
             "clients_file": {
-                "path": storage.CLIENTS,
+                "path": split_storage.CLIENTS,
                 "sha256": mf.sha256(sidecar_bytes),
                 "documents": len(sidecar["documents"]),
             },
@@ -738,7 +739,7 @@ def build_split(
         "fetched_at": fetched_at,
         "built_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
-    storage.save_split(
+    split_storage.save_split(
         out_dir, parts, manifest, sidecar_bytes, overwrite=overwrite, progress=progress
     )
     return manifest

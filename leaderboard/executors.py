@@ -52,7 +52,7 @@ Outcome = tuple[str, dict[str, Any]]  # (run key, record)
 @functools.lru_cache(maxsize=4)
 def cached_split(path: str) -> FederatedSplit:
     """A split loaded once per process (a suite's runs all read the same one)."""
-    from datasets_builders.storage import load_split
+    from benchmark.split_storage import load_split
 
     return load_split(path)
 

@@ -370,8 +370,8 @@ def instrument(profile: str) -> dict[str, str]:
 def ensure_split(suite: Suite, splits_root: Path) -> Path:
     """Build the suite's split once (deterministic: same options, same hash)."""
     from benchmark.registry import DATASETS
+    from benchmark.split_storage import is_complete
     from datasets_builders.pipeline import build_split, options_for
-    from datasets_builders.storage import is_complete
 
     out = splits_root / f"{suite.source}-{suite.name}"
     if not is_complete(out):

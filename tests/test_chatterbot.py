@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 
+from benchmark.split_storage import load_split
 from datasets_builders.pipeline import build_split, options_for
 from datasets_builders.sources.chatterbot import (
     ChatterbotPreferenceSource,
     ChatterbotSource,
     load_dialogues,
 )
-from datasets_builders.storage import load_split
 
 
 def test_dialogues_carry_their_category_as_label():

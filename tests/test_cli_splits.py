@@ -7,8 +7,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from benchmark import split_storage
 from benchmark.cli.splits import splits_group
-from datasets_builders import storage
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +41,8 @@ def test_list_finds_the_split(kjv_split, tmp_path):
     assert "no finished splits" in run("list", "--root", str(tmp_path)).output
     broken = tmp_path / "broken"
     broken.mkdir()
-    (broken / storage.MANIFEST).write_text("{not json")
-    (broken / storage.COMPLETE).write_text("")
+    (broken / split_storage.MANIFEST).write_text("{not json")
+    (broken / split_storage.COMPLETE).write_text("")
     assert "unreadable manifest" in run("list", "--root", str(tmp_path)).output
 
 
@@ -52,9 +52,9 @@ def test_verify_passes_then_fails_after_tampering(kjv_split, tmp_path):
     assert run("verify", str(kjv_split / "kjv")).exit_code == 0
     copy = tmp_path / "copy"
     shutil.copytree(kjv_split / "kjv", copy)
-    manifest = json.loads((copy / storage.MANIFEST).read_text())
+    manifest = json.loads((copy / split_storage.MANIFEST).read_text())
     manifest["build"]["cap"] = 5
-    (copy / storage.MANIFEST).write_text(json.dumps(manifest))
+    (copy / split_storage.MANIFEST).write_text(json.dumps(manifest))
     failed = run("verify", str(copy))
     assert failed.exit_code != 0 and "does not match its manifest" in failed.output
 
@@ -99,7 +99,7 @@ def test_options_reach_the_build(tmp_path):
     args += ["--validation-clients", "2", "--test-clients", "0.1", "--seed", "4"]
     result = run(*args)
     assert result.exit_code == 0, result.output
-    manifest = storage.read_manifest(out)
+    manifest = split_storage.read_manifest(out)
     assert manifest["build"]["max_records"] == 300 and manifest["build"]["seed"] == 4
     assert manifest["partition"]["params"] == {"num_clients": 20}
     assert manifest["counts"]["validation"]["clients"] == 2

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from benchmark.model_cutoffs import MODELS, check, lookup
 from benchmark.records import contamination, release_writer
-from datasets_builders.contamination import MODELS, check, lookup
 
 
 def manifest(start=None, demo=False, private_min=None) -> dict:

@@ -15,13 +15,13 @@ from click.testing import CliRunner
 from doubles import StubProfile, make_split
 from toy_source import ToySource, make_records
 
+from benchmark import split_storage
 from benchmark.artifact import Artifact, ArtifactError
 from benchmark.cli.main import cli
 from benchmark.method import Method
 from benchmark.registry import METHODS, Registry, RegistryError
 from benchmark.runner import RunInterrupted, UnsafeCheckpointError, run
 from benchmark.spec import SpecError, spec_from_dict
-from datasets_builders import storage
 from datasets_builders.pipeline import SplitOptions, build_split
 from leaderboard.entries import build_entry, version_definition, version_of
 from leaderboard.schema import EntryError
@@ -283,9 +283,9 @@ def test_artifact_texts_that_are_not_strings_name_the_field(tmp_path):
 
 def test_a_split_edited_after_its_build_is_refused(tmp_path):
     split = build_toy_split(tmp_path / "split")
-    sidecar = json.loads((split / storage.CLIENTS).read_text())
+    sidecar = json.loads((split / split_storage.CLIENTS).read_text())
     sidecar["documents"]["toy:0:0"] = "someone-else"
-    (split / storage.CLIENTS).write_text(json.dumps(sidecar))
+    (split / split_storage.CLIENTS).write_text(json.dumps(sidecar))
     assert_one_line_error(cli_run(tmp_path, split), "split.path:", "do not match")
 
 

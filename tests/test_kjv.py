@@ -9,10 +9,10 @@ from collections import Counter
 import pytest
 
 from benchmark.data import PARTS
-from datasets_builders.manifest import verify
+from benchmark.split_manifest import verify
+from benchmark.split_storage import load_split
 from datasets_builders.pipeline import SplitError, build_split, load_tokenizer, options_for
 from datasets_builders.sources.kjv import PUBLIC_BOOKS, KJVSource
-from datasets_builders.storage import load_split
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from toy_source import ToySource, make_records
 
-from datasets_builders import storage
-from datasets_builders.manifest import content_hash, verify, version_of
+from benchmark import split_storage
+from benchmark.split_manifest import content_hash, verify, version_of
 from datasets_builders.pipeline import SplitOptions, build_split
 
 OPTIONS = dict(span_length=None, partition="natural", validation_clients=0.2, test_clients=0.2)
@@ -67,23 +67,23 @@ def test_verify_passes_on_a_fresh_build_and_ignores_fetch_time(tmp_path):
     build(tmp_path, "s")
     path = tmp_path / "s"
     assert verify(path).ok
-    manifest = json.loads((path / storage.MANIFEST).read_text())
+    manifest = json.loads((path / split_storage.MANIFEST).read_text())
     manifest["fetched_at"] = manifest["built_at"] = "1999-01-01T00:00:00+00:00"
-    (path / storage.MANIFEST).write_text(json.dumps(manifest))
+    (path / split_storage.MANIFEST).write_text(json.dumps(manifest))
     assert verify(path).ok
 
 
 def tamper_records(path: Path) -> None:
     from datasets import load_from_disk
 
-    stored = load_from_disk(str(path / storage.DATA))
+    stored = load_from_disk(str(path / split_storage.DATA))
     stored["train"] = stored["train"].map(
         lambda row, i: {"text": row["text"] + "!" if i == 0 else row["text"]}, with_indices=True
     )
     stored.save_to_disk(str(path / "data-new"), num_shards=dict.fromkeys(stored, 1))
     del stored
-    shutil.rmtree(path / storage.DATA)
-    (path / "data-new").rename(path / storage.DATA)
+    shutil.rmtree(path / split_storage.DATA)
+    (path / "data-new").rename(path / split_storage.DATA)
 
 
 def test_verify_catches_tampered_records_manifest_and_sidecar(tmp_path):
@@ -95,13 +95,13 @@ def test_verify_catches_tampered_records_manifest_and_sidecar(tmp_path):
         if name == "records":
             tamper_records(copy)
         elif name == "manifest":
-            manifest = json.loads((copy / storage.MANIFEST).read_text())
+            manifest = json.loads((copy / split_storage.MANIFEST).read_text())
             manifest["build"]["seed"] = 7
-            (copy / storage.MANIFEST).write_text(json.dumps(manifest))
+            (copy / split_storage.MANIFEST).write_text(json.dumps(manifest))
         else:
-            sidecar = json.loads((copy / storage.CLIENTS).read_text())
+            sidecar = json.loads((copy / split_storage.CLIENTS).read_text())
             sidecar["documents"]["toy:0:0"] = "someone-else"
-            (copy / storage.CLIENTS).write_text(json.dumps(sidecar))
+            (copy / split_storage.CLIENTS).write_text(json.dumps(sidecar))
         result = verify(copy)
         assert not result.ok, name
         assert any("hash" in problem or "sha256" in problem for problem in result.problems)
@@ -120,13 +120,13 @@ def test_content_hash_depends_on_record_order_and_parts():
 
 def test_storage_refuses_incomplete_and_foreign_directories(tmp_path):
     build(tmp_path, "s")
-    shutil.rmtree(tmp_path / "s" / storage.DATA / "train")
+    shutil.rmtree(tmp_path / "s" / split_storage.DATA / "train")
     assert "cannot read" in verify(tmp_path / "s").problems[-1]
-    (tmp_path / "s" / storage.COMPLETE).unlink()
-    with pytest.raises(storage.IncompleteSplitError, match="not a finished split"):
-        storage.load_split(tmp_path / "s")
-    with pytest.raises(storage.IncompleteSplitError, match="does not exist"):
-        storage.read_manifest(tmp_path / "missing")
+    (tmp_path / "s" / split_storage.COMPLETE).unlink()
+    with pytest.raises(split_storage.IncompleteSplitError, match="not a finished split"):
+        split_storage.load_split(tmp_path / "s")
+    with pytest.raises(split_storage.IncompleteSplitError, match="does not exist"):
+        split_storage.read_manifest(tmp_path / "missing")
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("mine")
@@ -140,8 +140,9 @@ def test_find_splits_lists_finished_splits_only(tmp_path):
     build(tmp_path / "root" / "nested", "two")
     (tmp_path / "root" / "half").mkdir()
     found = [
-        p.relative_to(tmp_path / "root").as_posix() for p in storage.find_splits(tmp_path / "root")
+        p.relative_to(tmp_path / "root").as_posix()
+        for p in split_storage.find_splits(tmp_path / "root")
     ]
     assert found == ["nested/two", "one"]
-    split = storage.load_split(tmp_path / "root" / "one")
+    split = split_storage.load_split(tmp_path / "root" / "one")
     assert split.name.startswith("toy-v-") and len(split.records("train")) > 0

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from toy_source import ToySource, make_records
 
-from datasets_builders import storage
+from benchmark import split_storage
 from datasets_builders.pipeline import (
     SplitError,
     SplitOptions,
@@ -28,7 +28,7 @@ def build(tmp_path: Path, source: ToySource, name: str = "split", **options):
     out = tmp_path / name
     cache = tmp_path / "cache" / name  # the records cache is keyed by source name + revision
     manifest = build_split(source, SplitOptions(**options), out, cache_dir=cache)
-    return manifest, storage.load_split(out)
+    return manifest, split_storage.load_split(out)
 
 
 def dated(*dates: str) -> list[SourceRecord]:
@@ -166,7 +166,7 @@ def test_iid_and_strong_flags_are_recorded(tmp_path):
         test_clients=2,
     )
     assert {len(rows) for rows in split.by_client("train").values()} == {5}
-    sidecar = storage.read_clients(tmp_path / "split")
+    sidecar = split_storage.read_clients(tmp_path / "split")
     train = sidecar["clients"]["train"]
     assert sum(info["strong"] for info in train.values()) == 3  # round(0.25 * 12)
     assert manifest["partition"]["strong_clients"] == 3
@@ -189,7 +189,7 @@ def test_non_iid_strong_clients_are_the_label_skewed_ones(tmp_path):
         validation_clients=2,
         test_clients=2,
     )
-    train = storage.read_clients(tmp_path / "split")["clients"]["train"]
+    train = split_storage.read_clients(tmp_path / "split")["clients"]["train"]
     strong = {c for c, info in train.items() if info["strong"]}
     assert strong and strong == {c for c, info in train.items() if "labels" in info}
     for client, rows in split.by_client("train").items():
@@ -243,7 +243,7 @@ def test_interrupted_write_is_never_a_split_and_the_build_resumes_from_cache(tmp
     def crash(tmp: Path, out: Path) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(storage, "_replace", crash)
+    monkeypatch.setattr(split_storage, "_replace", crash)
     with pytest.raises(KeyboardInterrupt):
         build(tmp_path, source, **WHOLE)
     assert not (tmp_path / "split").exists()
@@ -251,16 +251,16 @@ def test_interrupted_write_is_never_a_split_and_the_build_resumes_from_cache(tmp
     # A hard kill would leave a temporary directory: it is never taken for a split.
     leftover = tmp_path / ".split.tmp-dead"
     (leftover / "data").mkdir(parents=True)
-    (leftover / storage.MANIFEST).write_text("{}")
-    assert list(storage.find_splits(tmp_path)) == []
-    with pytest.raises(storage.IncompleteSplitError, match="not a finished split"):
-        storage.load_split(leftover)
+    (leftover / split_storage.MANIFEST).write_text("{}")
+    assert list(split_storage.find_splits(tmp_path)) == []
+    with pytest.raises(split_storage.IncompleteSplitError, match="not a finished split"):
+        split_storage.load_split(leftover)
 
     monkeypatch.undo()
     manifest, split = build(tmp_path, source, **WHOLE)
     assert source.fetches == 1  # the second build read the records cache
     assert not leftover.exists()
-    assert storage.is_complete(tmp_path / "split") and split.version == manifest["version"]
+    assert split_storage.is_complete(tmp_path / "split") and split.version == manifest["version"]
 
 
 def test_existing_split_is_kept_unless_overwritten(tmp_path):
@@ -275,7 +275,7 @@ def test_existing_split_is_kept_unless_overwritten(tmp_path):
         cache_dir=tmp_path / "c",
         overwrite=True,
     )
-    assert storage.read_manifest(tmp_path / "split")["version"] == second["version"]
+    assert split_storage.read_manifest(tmp_path / "split")["version"] == second["version"]
     assert second["version"] != first["version"]
 
 

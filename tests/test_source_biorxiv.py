@@ -5,7 +5,7 @@ import json
 import pytest
 from http_fixture import FixtureServer, Reply, closed_port_url
 
-from datasets_builders import storage
+from benchmark import split_storage
 from datasets_builders.http import MalformedRecordError, MalformedResponseError, UnreachableError
 from datasets_builders.pipeline import build_split, options_for
 from datasets_builders.sources.biorxiv import BiorxivSource
@@ -181,7 +181,7 @@ def test_pipeline_window_drops_a_paper_whose_v1_precedes_it(tmp_path):
             },
         )
         manifest = build_split(source, options, tmp_path / "split", cache_dir=tmp_path / "cache")
-    split = storage.load_split(tmp_path / "split")
+    split = split_storage.load_split(tmp_path / "split")
     kept = sorted((r["source_id"], r["date"]) for r in split.records("train"))
     assert kept == [
         ("doi:10.1101/a", "2023-04-03"),

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmark.split_storage import load_split
 from datasets_builders.pipeline import build_split, options_for
 from datasets_builders.sources.chitchat import ChitchatSource, dataset_path
-from datasets_builders.storage import load_split
 
 WORDS = [
     "the",

@@ -11,9 +11,9 @@ import pytest
 from test_source_chitchat import WORDS, message
 
 from benchmark.registry import DATASETS
+from benchmark.split_storage import load_split
 from datasets_builders.pipeline import build_split, options_for
 from datasets_builders.sources.chitchat_prefs import ChitchatPreferenceSource, clip
-from datasets_builders.storage import load_split
 
 H, A = "\n\nHuman: ", "\n\nAssistant: "
 SPRING, AUTUMN = "What did you learn?", "Can computers fall in love?"

@@ -13,8 +13,8 @@ import json
 import pytest
 from test_source_stackoverflow import tf_example, write_tff_sqlite
 
+from benchmark import split_storage
 from benchmark.federation.clients import ClientData, client_scope
-from datasets_builders import storage
 from datasets_builders.contamination import (
     stackoverflow_overlap,
     stackoverflow_post,
@@ -278,7 +278,9 @@ def test_built_splits_can_be_checked_and_are_clean_with_the_exclusions(tmp_path)
     so_path = make_tff_sqlite(tmp_path / "so.sqlite", SO_ROWS)
     so_options = options_for(so, {"source_options": {"path": str(so_path)}})
     build_split(so, so_options, tmp_path / "so-split", cache_dir=tmp_path / "cache-so")
-    private_rows = [r for rows in storage.read_parts(tmp_path / "so-split").values() for r in rows]
+    private_rows = [
+        r for rows in split_storage.read_parts(tmp_path / "so-split").values() for r in rows
+    ]
     titles = tmp_path / "titles.txt"
     write_titles(private_rows, titles)
 
@@ -289,7 +291,7 @@ def test_built_splits_can_be_checked_and_are_clean_with_the_exclusions(tmp_path)
         overrides["source_options"] = public_options(write_c4(tmp_path), **more)
         opts = options_for(c4, overrides)
         build_split(c4, opts, tmp_path / name, cache_dir=tmp_path / f"cache-{name}")
-        return storage.read_parts(tmp_path / name)["public"]
+        return split_storage.read_parts(tmp_path / name)["public"]
 
     raw = stackoverflow_overlap(public_rows("c4-raw"), private_rows)
     assert raw.status == "overlap" and raw.slug_matches and raw.text_matches
@@ -329,7 +331,7 @@ def big_client_split(tmp_path):
     source = StackOverflowSource()
     options = options_for(source, {"source_options": {"path": str(path)}})
     manifest = build_split(source, options, tmp_path / "split", cache_dir=tmp_path / "cache")
-    return manifest, storage.read_parts(tmp_path / "split")
+    return manifest, split_storage.read_parts(tmp_path / "split")
 
 
 def test_split_keeps_whole_sentences_and_all_examples(big_client_split):

@@ -150,7 +150,7 @@ def build(
 @_friendly
 def list_splits(root: str) -> None:
     """List the finished splits under --root."""
-    from datasets_builders.storage import find_splits, read_manifest
+    from benchmark.split_storage import find_splits, read_manifest
 
     found = list(find_splits(root))
     if not found:
@@ -205,7 +205,7 @@ def _describe(manifest: dict[str, Any]) -> list[str]:
 @_friendly
 def show(path: str, as_json: bool) -> None:
     """Print the manifest of the split at PATH."""
-    from datasets_builders.storage import read_manifest
+    from benchmark.split_storage import read_manifest
 
     manifest = read_manifest(path)
     if as_json:
@@ -219,7 +219,7 @@ def show(path: str, as_json: bool) -> None:
 @_friendly
 def verify_command(path: str) -> None:
     """Recompute the content hash of the split at PATH; fail on any mismatch."""
-    from datasets_builders.manifest import verify
+    from benchmark.split_manifest import verify
 
     result = verify(path)
     if not result.ok:
@@ -238,8 +238,8 @@ def verify_command(path: str) -> None:
 @_friendly
 def check_command(path: str, model: str, as_json: bool) -> None:
     """Could MODEL have seen the private data of the split at PATH?"""
-    from datasets_builders.contamination import check
-    from datasets_builders.storage import read_manifest
+    from benchmark.model_cutoffs import check
+    from benchmark.split_storage import read_manifest
 
     verdict = check(read_manifest(path), model)
     if as_json:

@@ -12,6 +12,7 @@ arguments and opaque job blobs; the coordinator unpickles nothing it receives.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -67,11 +68,9 @@ def policy_for(
 
 def harness_code() -> list[Path]:
     """The packages an untrusted process imports from this checkout (not the checkout
-    itself, which may hold splits and results)."""
-    import benchmark
-    import methods
-
-    return [Path(benchmark.__file__).parent, Path(methods.__file__).parent]
+    itself, which may hold splits and results). Found without importing them: locating
+    adapter code must not run it."""
+    return [Path(importlib.util.find_spec(name).origin).parent for name in ("benchmark", "methods")]
 
 
 class MethodProcess:

@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmark import split_storage
 from benchmark.data import CLIENT_ID, DATE, LABEL, PARTS
-
-from . import storage
 
 FORMAT = "fedsynth-split/1"
 # Above this many distinct labels a part's label counts are summarised by their number.
@@ -114,18 +113,19 @@ class Verification:
 def verify(path: str | Path) -> Verification:
     """Recompute the sidecar hash and the content hash of a stored split."""
     path = Path(path)
-    manifest = storage.read_manifest(path)
+    manifest = split_storage.read_manifest(path)
     problems: list[str] = []
     sidecar = manifest.get("partition", {}).get("clients_file", {})
-    clients_path = path / storage.CLIENTS
+    clients_path = path / split_storage.CLIENTS
     clients_sha = sha256(clients_path.read_bytes()) if clients_path.is_file() else "missing"
     if clients_sha != sidecar.get("sha256"):
         problems.append(
-            f"{storage.CLIENTS} sha256 is {clients_sha}, manifest says {sidecar.get('sha256')}"
+            f"{split_storage.CLIENTS} sha256 is {clients_sha}, "
+            f"manifest says {sidecar.get('sha256')}"
         )
     expected = str(manifest.get("content_hash", ""))
     try:
-        parts = storage.read_parts(path)
+        parts = split_storage.read_parts(path)
     except Exception as exc:  # any corruption of the stored data is a failed check
         problems.append(f"cannot read the stored records: {exc!r}")
         return Verification(path, expected, "unreadable", problems)

@@ -4,7 +4,7 @@ A split directory holds::
 
     data/            Hugging Face DatasetDict (train / validation / test / public)
     clients.json     sidecar: document -> client map and per-client facts (hashed)
-    manifest.json    what the split is (see datasets_builders.manifest)
+    manifest.json    what the split is (see benchmark.split_manifest)
     COMPLETE         written last; only directories with it count as splits
 
 Everything is first written into a hidden sibling ``.<name>.tmp-<random>`` and renamed
@@ -198,7 +198,7 @@ def load_split(path: str | Path) -> FederatedSplit:
 
 def _check_content(path: Path, manifest: dict[str, Any], parts: dict[str, list]) -> None:
     """Refuse records (or a client sidecar) that no longer hash to the manifest's key."""
-    from datasets_builders.manifest import content_hash, sha256, version_of
+    from benchmark.split_manifest import content_hash, sha256, version_of
 
     clients = path / CLIENTS
     clients_sha = sha256(clients.read_bytes()) if clients.is_file() else "missing"
