@@ -1,6 +1,8 @@
 """The pool enforces its boundary: rows recomputed alone, plain numbers, no rewinding."""
 
+import os
 import random
+import time
 
 import numpy as np
 import pytest
@@ -114,6 +116,31 @@ def test_function_that_needs_an_earlier_client_is_refused():
     with pytest.raises(PrivacyError, match="recomputed alone, it raised KeyError"):
         release(pool, relative_to_client_0)
     assert pool.ledger.releases == []
+
+
+_POOL_PID = os.getpid()  # the recomputing processes import this module afresh
+
+
+def slow_when_alone(client, payload):
+    """Quick in the pool's process, 60 s in a recomputing one."""
+    if os.getpid() != _POOL_PID:
+        time.sleep(60)
+    return own_row(client, payload)
+
+
+def test_a_check_that_cannot_finish_refuses_the_release_and_says_what_it_allowed(monkeypatch):
+    from benchmark.federation import recompute
+
+    pool = make_pool()
+    release(pool, own_row)  # the recomputing processes now have this module imported
+    monkeypatch.setattr(recompute, "GRACE_S", 3.0)
+    started = time.monotonic()
+    with pytest.raises(
+        PrivacyError, match=r"did not finish: .* longer than the \d+ s \(3 s \+ 4 x"
+    ):
+        release(pool, slow_when_alone)
+    assert time.monotonic() - started < 50  # the deadline, not the sleep, ended it
+    assert len(pool.ledger.releases) == 1
 
 
 def test_batched_randomness_that_depends_on_the_batch_is_refused():

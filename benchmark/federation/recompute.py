@@ -148,8 +148,12 @@ class Recheck:
         ``seconds``; then have the zygote import what the calls imported."""
         if not self._calls:
             return
-        deadline = time.monotonic() + GRACE_S + 4 * seconds
-        worker = _Worker(_modules_in(self._job))
+        allowed = GRACE_S + 4 * seconds
+        deadline = time.monotonic() + allowed
+        worker = _Worker(
+            _modules_in(self._job),
+            f"{allowed:.0f} s ({GRACE_S:.0f} s + 4 x the release's own {seconds:.1f} s)",
+        )
         try:
             worker.send(pickle.dumps({"kind": self._kind, **_torch_state()}), deadline)
             worker.send(self._job, deadline)
@@ -170,8 +174,9 @@ class Recheck:
 class _Worker:
     """The pool's end of one release worker's socket."""
 
-    def __init__(self, preload: list[str]) -> None:
+    def __init__(self, preload: list[str], allowed: str) -> None:
         self._socket = _fork_worker(preload)
+        self._allowed = allowed
         self._stream = self._socket.makefile("rwb")
         self._pid: int | None = None
         self.imported: list[str] = []
@@ -214,7 +219,12 @@ class _Worker:
         try:
             return operation(*args)
         except TimeoutError:
-            raise _refusal("its recomputation did not finish in time") from None
+            raise PrivacyError(
+                "the independence check did not finish: recomputing the sampled clients alone "
+                f"took longer than the {self._allowed} it allows; the release was not made. A "
+                "client function that waits on other clients, or a machine too loaded for the "
+                "check to keep pace, causes this; a rerun resumes from the run's last checkpoint"
+            ) from None
         except OSError:
             return None  # the worker is gone: the missing answer says so
 
