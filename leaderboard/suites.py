@@ -211,7 +211,10 @@ BENCH_SELECTED: dict[str, dict[float, dict[str, Any]]] = {
         1.0: {"client_lr": 0.1, "clip_norm": 1.0},
         7.0: {"client_lr": 0.1, "clip_norm": 1.0},
     },
-    "dp_ftrl": {1.0: {"client_lr": 0.1, "clip_norm": 1.0}},
+    "dp_ftrl": {
+        1.0: {"client_lr": 0.1, "clip_norm": 1.0},
+        7.0: {"client_lr": 0.1, "clip_norm": 1.0},
+    },
 }
 
 # The preference track (paper 003): the offline chitchat preference pairs (a reply a person
