@@ -203,7 +203,7 @@ BENCH_PARAMS: dict[str, dict[str, Any]] = {
     "pe_sft": {**BENCH_PE, "generate_size": BENCH_RELEASE},
     "popri": {"num_synthetic": BENCH_RELEASE},
 }
-# Paper 000 App. D.2's lr × clip grid ({0.001, 0.01, 0.1} × {0.01, 0.1, 1.0}), selected on
+# Paper 000 App. C.1's lr × clip grid ({0.001, 0.01, 0.1} × {0.01, 0.1, 1.0}), selected on
 # validation top-1 at seed 0 per method and ε (`fedsynth suite tune bench`); the reports are
 # results/lb-06741a6a58/chitchat-v-46c5253d2d1f/_tuning/<method>__eps<ε>__seed0__*.json.
 BENCH_SELECTED: dict[str, dict[float, dict[str, Any]]] = {
