@@ -198,6 +198,7 @@ def load_split(path: str | Path) -> FederatedSplit:
 
 def _check_content(path: Path, manifest: dict[str, Any], parts: dict[str, list]) -> None:
     """Refuse records (or a client sidecar) that no longer hash to the manifest's key."""
+    # lazy: split_manifest imports this module at its top
     from benchmark.split_manifest import content_hash, sha256, version_of
 
     clients = path / CLIENTS

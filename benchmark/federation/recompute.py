@@ -223,7 +223,8 @@ class _Worker:
                 "the independence check did not finish: recomputing the sampled clients alone "
                 f"took longer than the {self._allowed} it allows; the release was not made. A "
                 "client function that waits on other clients, or a machine too loaded for the "
-                "check to keep pace, causes this; a rerun resumes from the run's last checkpoint"
+                "check to keep pace, causes this; a rerun of the run resumes from its last "
+                "checkpoint"
             ) from None
         except OSError:
             return None  # the worker is gone: the missing answer says so

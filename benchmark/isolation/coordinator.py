@@ -70,7 +70,13 @@ def harness_code() -> list[Path]:
     """The packages an untrusted process imports from this checkout (not the checkout
     itself, which may hold splits and results). Found without importing them: locating
     adapter code must not run it."""
-    return [Path(importlib.util.find_spec(name).origin).parent for name in ("benchmark", "methods")]
+    found = []
+    for name in ("benchmark", "methods"):
+        spec = importlib.util.find_spec(name)
+        if spec is None or not spec.submodule_search_locations:
+            raise ModuleNotFoundError(f"the {name!r} package is not installed")
+        found.extend(Path(p) for p in spec.submodule_search_locations)
+    return found
 
 
 class MethodProcess:
