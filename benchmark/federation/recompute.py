@@ -150,10 +150,7 @@ class Recheck:
             return
         allowed = GRACE_S + 4 * seconds
         deadline = time.monotonic() + allowed
-        worker = _Worker(
-            _modules_in(self._job),
-            f"{allowed:.0f} s ({GRACE_S:.0f} s + 4 x the release's own {seconds:.1f} s)",
-        )
+        worker = _Worker(_modules_in(self._job))
         try:
             worker.send(pickle.dumps({"kind": self._kind, **_torch_state()}), deadline)
             worker.send(self._job, deadline)
@@ -164,6 +161,15 @@ class Recheck:
                     raise _refusal(f"recomputed alone, it raised {_error_name(body)}")
                 if not rows_match(expected, _load_rows(body)):
                     raise _refusal("a sampled client's row differs when recomputed alone")
+        except TimeoutError:
+            worker.kill()
+            raise PrivacyError(
+                "the independence check did not finish: recomputing the sampled clients alone "
+                f"took longer than the {allowed:.0f} s ({GRACE_S:.0f} s + 4 x the release's own "
+                f"{seconds:.1f} s) it allows; the release was not made. A client function that "
+                "waits on other clients, or a machine too loaded for the check to keep pace, "
+                "causes this; a rerun of the run resumes from its last checkpoint"
+            ) from None
         except BaseException:
             worker.kill()
             raise
@@ -174,9 +180,8 @@ class Recheck:
 class _Worker:
     """The pool's end of one release worker's socket."""
 
-    def __init__(self, preload: list[str], allowed: str) -> None:
+    def __init__(self, preload: list[str]) -> None:
         self._socket = _fork_worker(preload)
-        self._allowed = allowed
         self._stream = self._socket.makefile("rwb")
         self._pid: int | None = None
         self.imported: list[str] = []
@@ -219,13 +224,7 @@ class _Worker:
         try:
             return operation(*args)
         except TimeoutError:
-            raise PrivacyError(
-                "the independence check did not finish: recomputing the sampled clients alone "
-                f"took longer than the {self._allowed} it allows; the release was not made. A "
-                "client function that waits on other clients, or a machine too loaded for the "
-                "check to keep pace, causes this; a rerun of the run resumes from its last "
-                "checkpoint"
-            ) from None
+            raise  # past the deadline: finish says so
         except OSError:
             return None  # the worker is gone: the missing answer says so
 
