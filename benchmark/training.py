@@ -6,8 +6,10 @@ a public c4 subset ("c4-only", its ε = 0 row) and starts DP-FedAvg, DP-FTRL and
 itself. fedsynth follows paper 004 for all four adapters: the profile's on-device LM
 (``new_model(seed)``) is fine-tuned on the split's public texts with validation-based
 epoch selection, and that model is the ε = 0 release (``public_only``) and the start of
-``nonprivate``, ``dp_fedavg`` and ``dp_ftrl``. The ``cpu``/``tiny`` on-device LMs are
-random-init GPT-2s, so without this step they would start from noise.
+``nonprivate``, ``dp_fedavg`` and ``dp_ftrl``. The ``cpu`` on-device LM is pretrained on
+a generic public corpus (``benchmark/profiles/pretraining.py``), so this step adapts it to
+the split's public part; the ``tiny`` one is random-init and would otherwise start from
+noise.
 ``public_epochs: 0`` reproduces paper 000's convention (start = the profile's checkpoint).
 The start is one fixed model per (profile, split, recipe), trained with
 :data:`PUBLIC_START_SEED` whatever the run's seed — like the papers' single public
@@ -37,9 +39,9 @@ from benchmark.profiles.cache import cache_dir
 
 # Public starting point per profile; every adapter of this family merges these into its
 # configs so that all four start from the same model. paper = paper 004 App. D.2 c4-only
-# (AdamW lr 2e-4, batch 256, 20 epochs) at paper 000's sequence length 64. The cpu/tiny
-# starts are random-init GPT-2s, hence larger lrs than paper 004's (which fine-tunes a
-# pretrained DistilGPT2).
+# (AdamW lr 2e-4, batch 256, 20 epochs) at paper 000's sequence length 64. The cpu start
+# is a 5.3 M model pretrained here and the tiny one random-init, hence larger lrs than
+# paper 004's (which fine-tunes DistilGPT2, 82 M).
 PUBLIC_START_CONFIGS: dict[str, dict[str, Any]] = {
     p: {**c, "max_length": 64}
     for p, c in {

@@ -130,9 +130,8 @@ class Suite:
 # runner insert canaries, and the entry shows the ε lower bound beside the accounted ε.
 CANARY_AUDIT = {"name": "canary", "settings": {}}
 
-# The quickstart must finish in ~20 min on 2 CPU cores: the cpu on-device LM's 50k-token
-# output layer costs ~3 CPU-s per 32×64-token step, so the quick suite keeps 2 spans per
-# chapter, 400 public spans, one non-private epoch and 200-sample audits. Every release is
+# The quickstart must finish in ~20 min on 2 CPU cores, so the quick suite keeps 2 spans
+# per chapter, 400 public spans, one non-private epoch and 200-sample audits. Every release is
 # scored on 64 texts (the cpu text releases' size; 64 samples from a released model), since
 # FID depends on the sample size.
 QUICK_METRICS = (

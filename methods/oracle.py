@@ -15,8 +15,9 @@ the spec seed, made inside the client-side function — the server only ever hol
 drawn texts. With fewer train texts than ``num_texts`` all are released.
 
 ``num_texts`` per profile = the synthetic release size of the text methods on that
-profile: ``cpu`` 1,000 (PE / PrE-Text / POPri final sets on the ``cpu`` suites),
-``paper`` 2,048 (paper 004 App. D.2's N_syn), ``tiny`` 16.
+profile: ``cpu`` 1,000 (the ``cpu`` configs' PE / PrE-Text / POPri final sets; the
+``bench`` suite sets 2,000 for every text release, the oracle's too), ``paper`` 2,048
+(paper 004 App. D.2's N_syn), ``tiny`` 16.
 """
 
 from __future__ import annotations

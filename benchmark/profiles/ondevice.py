@@ -1,4 +1,5 @@
-"""On-device LMs: random-init GPT-2 shapes (``tiny``, ``cpu``) and a hub checkpoint (``paper``)."""
+"""On-device LMs: a random-init GPT-2 shape (``tiny``) and a hub checkpoint (``paper``); the
+``cpu`` profile's is pretrained on this machine (``pretraining.py``)."""
 
 from __future__ import annotations
 
