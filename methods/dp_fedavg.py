@@ -28,10 +28,15 @@ Choices where the papers are silent or tune over a grid (``paper`` config):
 - one local epoch, plain SGD on the client (not stated; McMahan et al.'s ClientUpdate);
 - no cap on samples per client (the LargeFedBench clients hold a few 64-token spans).
 
-``cpu`` (KJV quickstart, 16M-parameter on-device GPT-2, ~750 clients): 5 rounds of 8 clients
-in expectation, clip 0.1 and a small server lr 0.02, so that at ε = 1 the noise (std σC/(qN)
+``cpu`` (the KJV quickstart's smoke size, ~750 clients): 5 rounds of 8 clients in
+expectation, clip 0.1 and a small server lr 0.02, so that at ε = 1 the noise (std σC/(qN)
 per coordinate) does not wreck the public start; at this population size the noise dominates
-the signal, as the papers' DP-FL rows near ε = 0 foreshadow. ``tiny``: 2 rounds, 16 clients
+the signal, as the papers' DP-FL rows near ε = 0 foreshadow. The working scale is the
+``bench`` suite's (``leaderboard/suites.py``): 20 rounds of 100 of its 5,816 clients, lr and
+clip selected on validation over paper 000 App. C.1's grid. It lives in the suite, not in
+this default, because clients per round is a fraction of a population the profile does not
+know (on the quickstart's ~750 clients, 100 a round is 13 % of them, and 20 such rounds
+would not fit ``make run``'s 20 minutes). ``tiny``: 2 rounds, 16 clients
 expected, the same small steps.
 """
 

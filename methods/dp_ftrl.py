@@ -44,10 +44,12 @@ Choices where the papers are silent:
   Kairouz et al.'s default).
   With N ≥ 160,000 clients this is one tree of 1600 leaves (11 levels): m = 8.83 gives
   ε = 1.77 at δ = 1e-6, as in paper 002 §2.
-- ``cpu`` (KJV quickstart): 5 rounds of 8-client cohorts (one tree of 5 leaves), clip 0.1,
-  server lr 0.005: without sampling amplification the tree noise (std ≈ σC/c per coordinate
-  per node) is large at c = 8, so the step is kept small. ``tiny``: 4 rounds of 2-client
-  cohorts, an even smaller step.
+- ``cpu`` (the KJV quickstart's smoke size): 5 rounds of 8-client cohorts (one tree of 5
+  leaves), clip 0.1, server lr 0.005: without sampling amplification the tree noise (std ≈
+  σC/c per coordinate per node) is large at c = 8, so the step is kept small. The working
+  scale is the ``bench`` suite's, set there for its population (20 rounds of 100-client
+  cohorts of 5,816 clients, lr and clip selected on validation), as for DP-FedAvg.
+  ``tiny``: 4 rounds of 2-client cohorts, an even smaller step.
 - ε = ∞: the pool refuses noise-free trees, so cohorts are then Poisson samples of expected
   size c through ``ctx.pool.aggregate`` (a recorded non-private release), summed by the
   method; only the non-private bound runs this way.
