@@ -374,6 +374,8 @@ def expand(
     """
     if not examples:
         raise ValueError("Expand needs at least one example text")
+    if batch_size < 1:  # a batch of 0 would never spend the budget: an endless loop
+        raise ValueError(f"Expand's batch size must be >= 1, got {batch_size}")
     out: list[str] = []
     budget = max_attempts * size
     while len(out) < size and budget > 0:

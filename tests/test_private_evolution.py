@@ -152,6 +152,8 @@ def test_expand_prompts_with_three_examples_and_drops_empty_samples():
     stuck = ScriptedGenerator([""] * 8)
     assert pe.expand(stuck, examples, 2, SamplingParams(), 2, np.random.default_rng(0)) == []
     assert len(stuck.prompts) == 8  # gives up after max_attempts × size prompts
+    with pytest.raises(ValueError, match="batch size"):  # a batch of 0 would loop forever
+        pe.expand(gen, examples, 3, SamplingParams(), 0, np.random.default_rng(0))
 
 
 class NoFillerProfile:

@@ -137,6 +137,23 @@ def test_top_p_is_applied(tiny):
     assert nucleus == gen.generate(prompts, SamplingParams(max_new_tokens=10, temperature=0))
 
 
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ({"max_new_tokens": -1}, "max_new_tokens"),
+        ({"temperature": -0.5}, "temperature"),
+        ({"temperature": float("nan")}, "temperature"),
+        ({"temperature": float("inf")}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+    ],
+)
+def test_sampling_params_refuse_values_no_generator_can_honour(bad, match):
+    with pytest.raises(ValueError, match=match):
+        SamplingParams(**bad)
+    SamplingParams(temperature=0.0, top_p=1.0)  # greedy and the full distribution are fine
+
+
 def test_generate_edge_cases(tiny):
     gen = tiny.generator()
     assert gen.generate([], SamplingParams()) == []

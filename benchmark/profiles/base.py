@@ -16,12 +16,25 @@ import numpy as np
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample from a generator; ``seed`` makes a batch reproducible."""
+    """How to sample from a generator; ``seed`` makes a batch reproducible.
+
+    ``temperature`` 0 is greedy decoding. Values come from method configs (a submitter's
+    too), so they are checked here, where every generator's sampling starts, rather than
+    left to fail deep in a decode loop or to sample from a silently degenerate distribution.
+    """
 
     max_new_tokens: int = 64
     temperature: float = 1.0
     top_p: float = 1.0
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_new_tokens < 0:  # 0 is allowed: empty texts, as generators define it
+            raise ValueError(f"max_new_tokens must be >= 0, got {self.max_new_tokens}")
+        if not 0 <= self.temperature < float("inf"):
+            raise ValueError(f"temperature must be finite and >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
 class Generator(ABC):
