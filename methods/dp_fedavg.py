@@ -35,9 +35,9 @@ the signal, as the papers' DP-FL rows near ε = 0 foreshadow. The working scale 
 ``bench`` suite's (``leaderboard/suites.py``): 20 rounds of 100 of its 5,816 clients, lr and
 clip selected on validation over paper 000 App. C.1's grid. It lives in the suite, not in
 this default, because clients per round is a fraction of a population the profile does not
-know (on the quickstart's ~750 clients, 100 a round is 13 % of them, and 20 such rounds
-would not fit ``make run``'s 20 minutes). ``tiny``: 2 rounds, 16 clients
-expected, the same small steps.
+know (on the quickstart's ~750 clients, 100 a round is 13 % of them), and the bench's
+DP-FL runs take 5–11 min each against ~8 min for the whole quick suite. ``tiny``: 2 rounds,
+16 clients expected, the same small steps.
 """
 
 from __future__ import annotations
