@@ -38,18 +38,13 @@ from typing import Any
 import numpy as np
 
 from benchmark.federation.clients import ClientBatch, ClientData, client_scope
+from benchmark.federation.pool import clipped_row_sum
 from benchmark.privacy.accountants import noise_multiplier_for
 from benchmark.profiles import get_profile
 from benchmark.split_storage import load_split
 from methods.popri_scoring import SimilarityScorer, preference_indices, unit_rows
 
 RULES = {"raw": False, "z": True}
-
-
-def clipped_sum(rows: np.ndarray, clip_norm: float = 1.0) -> np.ndarray:
-    """Sum of the rows after each is scaled to norm ≤ ``clip_norm`` (the pool's clipping)."""
-    norms = np.linalg.norm(rows.astype(np.float64), axis=1)
-    return (np.minimum(1.0, clip_norm / np.maximum(norms, 1e-12)) @ rows).astype(np.float64)
 
 
 def prompt_groups(
@@ -93,7 +88,8 @@ def measure(
     for _ in range(sample_sets):
         synthetic = public[prompt_groups(public, prompts, per_prompt, rng).ravel()]
         for rule, standardize in RULES.items():
-            sums[rule].append(clipped_sum(client_rows(clients, synthetic, standardize, embedder)))
+            rows = client_rows(clients, synthetic, standardize, embedder)
+            sums[rule].append(clipped_row_sum(rows, clip_norm=1.0))
 
     def pair(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return preference_indices(scores, prompts, per_prompt, rejected_rank)

@@ -171,6 +171,20 @@ def silos(units: list[list[dict[str, Any]]]) -> list[list[int]]:
     return [by_client[c] for c in sorted(by_client)]
 
 
+def clipped_row_sum(rows: np.ndarray, clip_norm: float) -> np.ndarray:
+    """Sum of the rows, each scaled to L2 norm at most ``clip_norm``: one pass for the norms
+    (which also catches non-finite values) and one matrix-vector product. The mechanism's
+    clipping, for every release of the pool (and for measurements that must clip as it
+    does, e.g. ``benchmarks/popri_standardisation.py``)."""
+    norms = np.linalg.norm(rows, axis=1)
+    if not np.all(np.isfinite(norms)):
+        raise PrivacyError("a client-side function returned a non-finite value")
+    scale = np.ones_like(norms)
+    if math.isfinite(clip_norm):
+        scale = np.minimum(1.0, clip_norm / np.maximum(norms, 1e-12))
+    return (scale.astype(rows.dtype) @ rows).astype(np.float64)
+
+
 class ServerAccessError(PrivacyError, AttributeError):
     """Server code asked the pool for something it never exposes."""
 
@@ -367,18 +381,6 @@ class ClientPool:
             yield offset, rows
             offset += len(rows)
 
-    @staticmethod
-    def _row_sum(rows: np.ndarray, clip_norm: float) -> np.ndarray:
-        """Sum of the rows, each scaled to L2 norm at most ``clip_norm``: one pass for the
-        norms (which also catches non-finite values) and one matrix-vector product."""
-        norms = np.linalg.norm(rows, axis=1)
-        if not np.all(np.isfinite(norms)):
-            raise PrivacyError("a client-side function returned a non-finite value")
-        scale = np.ones_like(norms)
-        if math.isfinite(clip_norm):
-            scale = np.minimum(1.0, clip_norm / np.maximum(norms, 1e-12))
-        return (scale.astype(rows.dtype) @ rows).astype(np.float64)
-
     def _clipped_sum(
         self,
         indices: list[int],
@@ -397,7 +399,7 @@ class ClientPool:
 
         def add(rows: np.ndarray) -> None:
             nonlocal total
-            total += self._row_sum(rows, clip_norm)
+            total += clipped_row_sum(rows, clip_norm)
 
         seconds = self._client_rows(indices, job, dim, batched, expected, call_key, check, add)
         return total, seconds
