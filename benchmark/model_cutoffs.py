@@ -119,14 +119,20 @@ def _private_dates(manifest: Mapping[str, Any]) -> list[str]:
 
 
 def check(manifest: Mapping[str, Any], model: str) -> Verdict:
-    """Whether ``model`` may have seen the private parts of the split described by ``manifest``."""
-    info = lookup(model)
-    cutoff = f"{info.cutoff} ({info.kind.replace('_', ' ')})"
+    """Whether ``model`` may have seen the private parts of the split described by ``manifest``.
+
+    A demo corpus is ``contaminated`` for every model, registered or not (every public
+    model has seen it); otherwise an unregistered ``model`` raises :class:`KeyError`."""
     if manifest.get("demo") or manifest.get("source", {}).get("demo"):
         source = manifest.get("source", {}).get("name", "this source")
+        known = _index().get(model.lower())
         return Verdict(
-            "contaminated", info.name, f"{source} is a demo corpus that public models have seen"
+            "contaminated",
+            known.name if known else model,
+            f"{source} is a demo corpus that public models have seen",
         )
+    info = lookup(model)
+    cutoff = f"{info.cutoff} ({info.kind.replace('_', ' ')})"
     start = manifest.get("filters", {}).get("date_window", {}).get("start")
     basis = "window start"
     if start is None:

@@ -29,6 +29,12 @@ def test_window_after_the_cutoff_month_is_clean_and_the_edge_is_not():
 def test_demo_corpora_are_always_contaminated():
     verdict = check(manifest("2030-01-01", demo=True), "gpt2")
     assert verdict.status == "contaminated" and "demo corpus" in verdict.reason
+    # A model with no registered cut-off has seen a demo corpus too; off a demo corpus it
+    # has no verdict (the record says "unknown").
+    unregistered = contamination(manifest("2030-01-01", demo=True), "acme/lm-7b rev1")
+    assert (unregistered["model"], unregistered["verdict"]) == ("acme/lm-7b", "contaminated")
+    assert contamination(manifest("2030-01-01"), "acme/lm-7b")["verdict"] == "unknown"
+    assert check(manifest(demo=True), "GPT2").model == "gpt2"  # registered name, any case
 
 
 def test_without_a_window_the_oldest_private_date_decides():

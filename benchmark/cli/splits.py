@@ -238,9 +238,10 @@ def verify_command(path: str) -> None:
 @_friendly
 def check_command(path: str, model: str, as_json: bool) -> None:
     """Could MODEL have seen the private data of the split at PATH?"""
-    from benchmark.model_cutoffs import check
+    from benchmark.model_cutoffs import check, lookup
     from benchmark.split_storage import read_manifest
 
+    lookup(model)  # a misspelt name is refused, even where a demo corpus makes it moot
     verdict = check(read_manifest(path), model)
     if as_json:
         click.echo(json.dumps(verdict.as_dict()))
