@@ -12,6 +12,7 @@ from benchmark.files import atomic_write
 from benchmark.privacy.ledger import PrivacyLedger
 from benchmark.provenance import code_version, hardware, package_versions
 from benchmark.spec import ResolvedSpec
+from benchmark.split_manifest import unit_statement
 
 SCHEMA_VERSION = 1
 
@@ -86,6 +87,7 @@ def build_record(
             "epsilon_budget": json_epsilon(spec.privacy.epsilon),
             "delta": spec.privacy.delta,
             "unit": spec.privacy.unit,
+            "unit_statement": unit_statement(split.manifest, spec.privacy.unit),
             "accountant": spec.privacy.accountant,
             "guarantee": spec.privacy.guarantee,
             "noise_seed": spec.privacy.noise_seed,

@@ -69,6 +69,24 @@ def content_hash(
     return digest.hexdigest()
 
 
+# what one unit is for the privacy units that are not the split's client
+_SAMPLE_UNITS = {
+    "sample": "one sample (a person may contribute many: their guarantee is group privacy)",
+    "central": "one sample, central DP (a person may contribute many)",
+    "client_sample": "one sample of a client, DP per client (a person may contribute many)",
+}
+
+
+def unit_statement(manifest: Mapping[str, Any], unit: str) -> str:
+    """The privacy unit in words, as a record states it: for ``user`` the split's own
+    statement (e.g. "user = one chat participant, ≤ 8 spans each"); splits built before
+    the manifest carried one say so instead of guessing."""
+    if unit != "user":
+        return f"{unit} = {_SAMPLE_UNITS.get(unit, unit)}"
+    stated = manifest.get("privacy_unit", {}).get("statement")
+    return stated or "user = one client of the split (its manifest does not say what a client is)"
+
+
 def version_of(hash_hex: str) -> str:
     return f"v-{hash_hex[:12]}"
 

@@ -716,6 +716,8 @@ def build_split(
                 "documents": len(sidecar["documents"]),
             },
         },
+        # prose about the unit, derived from the hashed source and options: not hashed itself
+        "privacy_unit": privacy_unit(source, options),
         "holdout": {
             "unit": "client",
             "validation_clients": options.validation_clients,
@@ -743,6 +745,27 @@ def build_split(
         out_dir, parts, manifest, sidecar_bytes, overwrite=overwrite, progress=progress
     )
     return manifest
+
+
+def privacy_unit(source: Source, options: SplitOptions) -> dict[str, Any]:
+    """What the privacy unit "user" means on this split, in words: the client the partition
+    made, whether that client is one person, and the contribution cap. Records and tables
+    print ``statement``, so a reader never has to guess who ε protects."""
+    if options.partition == "natural":
+        words, person = source.client_unit(dict(options.source_options))
+    elif options.partition == "document":
+        words, person = f"one {source.name} document (a person may write several)", False
+    else:
+        words = f"a synthetic client dealt by the {options.partition!r} rule (not a person)"
+        person = False
+    sample = "span" if options.span_length is not None else "document"
+    cap = "" if options.cap is None else f", ≤ {options.cap} {sample}{'s' * (options.cap != 1)} each"
+    return {
+        "client": words,
+        "person": person,
+        "cap": options.cap,
+        "statement": f"user = {words}{cap}",
+    }
 
 
 def _shared_clients(parts: dict[str, list[dict[str, Any]]]) -> int:

@@ -40,6 +40,15 @@ class Source(ABC):
     demo: ClassVar[bool] = False
     # Which date field the window filter uses (recorded in the manifest).
     date_field: ClassVar[str | None] = None
+    # What one natural client (``SourceRecord.client_id``) is, in words, and whether it is
+    # one person: the privacy unit "user" means this client, so a reader must be told.
+    client_words: ClassVar[str] = "one natural client of the source"
+    client_is_person: ClassVar[bool] = False
+
+    def client_unit(self, options: dict[str, Any]) -> tuple[str, bool]:
+        """(what one natural client is, whether it is one person) under these source
+        options; sources whose client rule is an option override this."""
+        return self.client_words, self.client_is_person
 
     @abstractmethod
     def fetch(self, options: dict[str, Any], cache_dir: Path) -> Iterator[SourceRecord]:

@@ -137,6 +137,8 @@ def build_entry(run_records: Sequence[dict[str, Any]], lb_version: str) -> dict[
             **{k: first["privacy"][k] for k in ("epsilon_budget", "delta", "unit", "accountant")},
             "guarantee": first["privacy"]["guarantee"],
             "noise_seed": first["privacy"]["noise_seed"],
+            # records from before the statement have none; an entry then says nothing
+            **{k: first["privacy"][k] for k in ("unit_statement",) if k in first["privacy"]},
             "epsilon": _epsilon_json(eps),
             "ledgers": [r["privacy"]["ledger"] for r in run_records],
             **_group_epsilons(run_records),

@@ -88,6 +88,7 @@ ENTRY_SCHEMA: dict[str, Any] = {
                 "epsilon_budget": _NUMBER_OR_INF,
                 "delta": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
                 "unit": {"enum": list(PRIVACY_UNITS)},
+                "unit_statement": {"type": "string"},
                 "accountant": {"enum": list(ACCOUNTANTS)},
                 "guarantee": {"enum": list(GUARANTEES)},
                 "noise_seed": {"enum": list(NOISE_SEEDS)},

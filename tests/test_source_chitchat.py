@@ -1,9 +1,11 @@
-"""The chitchat source: (conversation, sender) clients, dated by conversation start, through
-the real pipeline on a fixture in the package's own JSON layout."""
+"""The chitchat source: a client is one person (sender) across their conversations, dated by
+conversation start, through the real pipeline on a fixture in the package's own JSON layout;
+and the packaged corpus's split is person-disjoint across train, validation and test."""
 
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -32,7 +34,7 @@ def message(text: str, sender: str, when: str) -> dict[str, str]:
 
 
 def conversation(index: int, start: str, prompt: str | None) -> dict:
-    a, b = f"alice{index % 3}", f"bob{index % 4}"
+    a, b = f"alice{index % 13}", f"bob{index % 11}"  # people talk in several conversations
     turns = []
     for turn in range(6):
         sender = a if turn % 2 == 0 else b
@@ -59,17 +61,21 @@ def dataset(tmp_path: Path) -> Path:
     return path
 
 
-def test_a_client_is_one_senders_side_of_one_conversation(dataset):
+def test_a_client_is_one_person_with_all_their_conversations(dataset):
     records = list(ChitchatSource().fetch({"path": str(dataset)}, None))
-    assert len(records) == 2 * 53
-    first = next(r for r in records if r.client_id == "spring00:alice0")
-    assert first.date == "2018-04-10" and first.label == "What did you learn?"
+    assert len(records) == 2 * 53  # one record per person per conversation
+    first = next(r for r in records if r.source_id == "chitchat:spring00:alice0")
+    assert first.client_id == "alice0" and first.date == "2018-04-10"
+    assert first.label == "What did you learn?"
     assert first.text.split("\n")[0].startswith("0 0 ") and len(first.text.split("\n")) == 3
     assert first.extra == {"prompt": "What did you learn?", "conversation": "spring00"}
-    assert next(r for r in records if r.client_id.startswith("autumn07")).label == ""
+    # alice0 talks in April and in October: one client, both conversations
+    alice = {r.source_id for r in records if r.client_id == "alice0"}
+    assert {"chitchat:spring00:alice0", "chitchat:autumn04:alice0"} <= alice
+    assert next(r for r in records if r.source_id.startswith("chitchat:autumn07")).label == ""
 
 
-def test_the_date_cut_makes_april_public_and_autumn_private(dataset, tmp_path):
+def test_the_split_is_person_disjoint_and_says_who_a_user_is(dataset, tmp_path):
     source = ChitchatSource()
     options = options_for(
         source,
@@ -78,16 +84,28 @@ def test_the_date_cut_makes_april_public_and_autumn_private(dataset, tmp_path):
     build_split(source, options, tmp_path / "split", cache_dir=tmp_path / "cache")
     split = load_split(tmp_path / "split")
     public = split.records("public")
-    assert public and all(r["client_id"].startswith("spring") for r in public)
-    held_out = {}
+    assert public and all(r["source_id"].startswith("chitchat:spring") for r in public)
+    people = {}
     for part in ("train", "validation", "test"):
         rows = split.records(part)
-        assert rows and all(r["client_id"].startswith("autumn") for r in rows)
-        held_out[part] = {r["client_id"] for r in rows}
-    assert not held_out["train"] & held_out["validation"]
-    assert not held_out["train"] & held_out["test"]
-    assert len(held_out["validation"]) == 4 and len(held_out["test"]) == 6
-    assert len(held_out["train"]) == 2 * 40 - 10  # the repeat of autumn00 was dropped
+        assert rows and all(r["source_id"].startswith("chitchat:autumn") for r in rows)
+        # the person is read back from the record's own id, not from the pipeline's client
+        people[part] = {r["source_id"].rsplit("#", 1)[0].split(":", 2)[2] for r in rows}
+        assert people[part] == {r["client_id"] for r in rows}
+    assert not people["train"] & people["validation"]
+    assert not people["train"] & people["test"]
+    assert not people["validation"] & people["test"]
+    assert len(people["validation"]) == 4 and len(people["test"]) == 6
+    assert len(people["train"]) == 13 + 11 - 10
+    spans = Counter(r["client_id"] for part in ("train", "test") for r in split.records(part))
+    assert max(spans.values()) <= 8  # the default cap, per person
+    unit = split.manifest["privacy_unit"]
+    assert unit == {
+        "client": "one chat participant",
+        "person": True,
+        "cap": 8,
+        "statement": "user = one chat participant, ≤ 8 spans each",
+    }
     window = split.manifest["filters"]["date_window"]
     assert window["field"] == "conversation start" and window["start"] == "2018-05-01"
     build_split(source, options, tmp_path / "again", cache_dir=tmp_path / "cache2")
@@ -101,10 +119,29 @@ def test_malformed_conversations_are_refused_with_their_id(tmp_path):
         list(ChitchatSource().fetch({"path": str(path)}, None))
 
 
-def test_the_packaged_corpus_has_a_population_big_enough_for_dp():
-    """The installed 40 MB corpus, read once: >= 5,000 private clients after the cut."""
-    records = list(ChitchatSource().fetch({}, None))
-    private = {r.client_id for r in records if r.date >= "2018-05-01"}
-    public = {r.client_id for r in records if r.date < "2018-05-01"}
-    assert dataset_path().exists()
-    assert len(private) >= 9000 and len(public) >= 1500
+def test_the_packaged_corpus_gives_a_person_disjoint_split(tmp_path):
+    """The installed 40 MB corpus through the bench's recipe: every private span's person
+    (read from the raw conversation, not from the pipeline) is in exactly one of train,
+    validation and test, and no person has more spans than the cap."""
+    source = ChitchatSource()
+    options = options_for(source, {"cap": 8})
+    build_split(source, options, tmp_path / "split", cache_dir=tmp_path / "cache")
+    split = load_split(tmp_path / "split")
+    raw = json.loads(dataset_path().read_text(encoding="utf-8"))
+    senders = {
+        conversation: {str(m["sender"]) for turn in talk["messages"] for m in turn}
+        for conversation, talk in raw.items()
+    }
+    owner_of: dict[str, str] = {}
+    for part in ("train", "validation", "test"):
+        for row in split.records(part):
+            _, conversation, sender = row["source_id"].rsplit("#", 1)[0].split(":", 2)
+            assert sender in senders[conversation]
+            assert owner_of.setdefault(sender, part) == part, f"{sender} in {part} and more"
+    counts = Counter(owner_of.values())
+    # held-out people whose every text is shorter than a span drop out (about 7 %)
+    assert 90 <= counts["validation"] <= 100 and 225 <= counts["test"] <= 250
+    assert counts["train"] >= 600, counts
+    for part in ("train", "validation", "test"):
+        assert max(Counter(r["client_id"] for r in split.records(part)).values()) <= 8
+    assert split.manifest["privacy_unit"]["person"] is True

@@ -69,6 +69,12 @@ OPTIONS = (
 )
 _FIELDS = ("doi", "date", "version", "abstract")
 _CLIENT_FIELDS = {"doi", "author_corresponding", "category"}
+# client_by -> (one client in words, is it one person)
+_CLIENT_UNITS = {
+    "doi": ("one abstract (an author writes many: not a person)", False),
+    "author_corresponding": ("one corresponding author", True),
+    "category": ("one subject category (many authors: not a person)", False),
+}
 
 
 class BiorxivSource(Source):
@@ -95,6 +101,10 @@ class BiorxivSource(Source):
         if opts["files"]:
             return files_revision(expand_files(opts["files"]))
         return HubDataset(HUB.repo, revision=opts["revision"]).describe()
+
+    def client_unit(self, options: dict[str, Any]) -> tuple[str, bool]:
+        rule = parse_options(options, OPTIONS, self.name)["client_by"]
+        return _CLIENT_UNITS.get(rule, (f"one {rule}", False))
 
     def fetch(self, options: dict[str, Any], cache_dir: Path) -> Iterator[SourceRecord]:
         opts = parse_options(options, OPTIONS, self.name)

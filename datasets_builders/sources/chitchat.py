@@ -8,23 +8,26 @@ Origin: ``chitchat_dataset/dataset.json`` of the installed package (MIT; version
 
 Records and clients:
 
-- **client = one sender's side of one conversation** (``<conversation>:<sender>``). Per
-  sender there would be only 1,315 clients in all, far too few for user-level DP at a
-  useful ε; per (conversation, sender) there are 11,186. The consequence for the
-  guarantee: a person who speaks in k conversations is k clients, so their person-level
-  guarantee is the group-privacy bound for k units, not ε. Records say so (the unit is
-  named in the manifest's description).
-- **record = that client's messages, in order, one per line**; the pipeline chunks it into
-  the usual 64-token spans (most clients give 1–4 spans), so the on-device LM sees
+- **client = one person** (a ``sender``: 1,315 in the corpus, 1,055 in the private window),
+  with all their conversations under them, so the privacy unit "user" is a chat
+  participant. An earlier version made each sender's side of each conversation a client
+  (9,635 private clients), which silently turned one person into up to 1,499 units:
+  their guarantee was group privacy over all of them, and held-out test clients shared
+  people with train. The contribution bound is the pipeline's per-client ``cap`` on spans.
+- **record = one person's side of one conversation** (their messages in order, one per
+  line); the pipeline chunks it into the usual 64-token spans, so the on-device LM sees
   a speaker's own phrasing in context rather than isolated three-word messages.
 - ``date`` = the conversation's start date (``start``, else its first timestamp), so a
   conversation never straddles the public/private cut; ``label`` and ``extra["prompt"]``
   are the topic prompt (a control code for label-conditioned methods), ``""`` if missing.
+  A person who talked both before and inside the window (55 people) has their earlier
+  conversations in the public part: those were public by the split's own rule.
 
 Default recipe (``split_defaults``): private = conversations started in the window
 2018-05-01 … 2018-11-30, public = the conversations before it (``before_window``: the
-April 2018 conversations, data a model trained then could have seen), 500 validation and
-1,000 test clients held out whole, at most 4 spans per client, 4,000 public spans.
+April 2018 conversations, data a model trained then could have seen), 100 validation and
+250 test people held out whole (so train, validation and test are person-disjoint), at
+most 8 spans per person, 4,000 public spans.
 Measured on the package (``fedsynth splits build chitchat``): see the README's split table.
 
 The shift is real, not only in time: the collection ran in two periods (April–May and
@@ -72,7 +75,8 @@ def _load(path: Path) -> dict[str, Any]:
 
 
 def conversation_records(conversation_id: str, conversation: Any) -> Iterator[SourceRecord]:
-    """One record per sender of one conversation (their messages in order, one per line)."""
+    """One record per sender of one conversation (their messages in order, one per line),
+    owned by the sender: a person is one client across all their conversations."""
     try:
         messages = [m for turn in conversation["messages"] for m in turn]
         start = conversation.get("start") or messages[0]["timestamp"]
@@ -85,11 +89,10 @@ def conversation_records(conversation_id: str, conversation: Any) -> Iterator[So
         raise ValueError(f"conversation {conversation_id!r}: malformed ({exc!r})") from exc
     prompt = str(conversation.get("prompt") or "")
     for sender, texts in by_sender.items():
-        client = f"{conversation_id}:{sender}"
         yield SourceRecord(
             text="\n".join(texts),
-            source_id=f"chitchat:{client}",
-            client_id=client,
+            source_id=f"chitchat:{conversation_id}:{sender}",
+            client_id=sender,
             date=str(start)[:10],
             label=prompt,
             licence=LICENCE,
@@ -98,13 +101,15 @@ def conversation_records(conversation_id: str, conversation: Any) -> Iterator[So
 
 
 class ChitchatSource(Source):
-    """Chit-chat conversations; clients are (conversation, sender) sides, dated by start."""
+    """Chit-chat conversations; a client is one person (sender), dated by conversation start."""
 
     name = "chitchat"
     description = (
-        "chitchat-dataset conversations; a client is one sender's side of one conversation; "
-        "dated by conversation start; demo"
+        "chitchat-dataset conversations; a client is one person (all their conversation "
+        "sides); dated by conversation start; demo"
     )
+    client_words = "one chat participant"
+    client_is_person = True
     demo = True
     date_field = "conversation start"
     split_defaults: ClassVar[dict[str, Any]] = {
@@ -114,9 +119,9 @@ class ChitchatSource(Source):
         "public": "before_window",
         "public_max": 4000,
         "span_length": 64,
-        "cap": 4,
-        "validation_clients": 500,
-        "test_clients": 1000,
+        "cap": 8,
+        "validation_clients": 100,
+        "test_clients": 250,
     }
 
     def fetch(self, options: dict[str, Any], cache_dir: Path) -> Iterator[SourceRecord]:

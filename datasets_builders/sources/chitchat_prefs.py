@@ -165,6 +165,8 @@ class ChitchatPreferenceSource(Source):
         "speaker; dated by the reply; demo"
     )
     demo: ClassVar[bool] = True
+    client_words: ClassVar[str] = "one replying chat participant"
+    client_is_person: ClassVar[bool] = True
     date_field: ClassVar[str | None] = "reply timestamp"
     options: ClassVar[tuple[Option, ...]] = (
         Option("path", None, "a dataset.json in the package's format (default: the package's)"),

@@ -93,6 +93,12 @@ OPTIONS = (
     *NETWORK_OPTIONS,
 )
 _CLIENT_RULES = ("speaker", "country_speaker", "speech")
+# client_by -> (one client in words, is it one person)
+_CLIENT_UNITS = {
+    "speaker": ("one speaker (a member of parliament)", True),
+    "country_speaker": ("one speaker of one country's parliament", True),
+    "speech": ("one speech (a speaker gives many: not a person)", False),
+}
 
 # --- cleaning (POPri App. F) --------------------------------------------------------------
 
@@ -304,6 +310,10 @@ class CongressSource(Source):
                 return files_revision(expand_files(opts["files"]))
             return HubDataset(HUB.repo, revision=opts["revision"]).describe()
         return f"{'+'.join(opts['origin'])} {opts['start']}..{opts['end']}"
+
+    def client_unit(self, options: dict[str, Any]) -> tuple[str, bool]:
+        rule = parse_options(options, OPTIONS, self.name)["client_by"]
+        return _CLIENT_UNITS.get(rule, (f"one {rule}", False))
 
     def fetch(self, options: dict[str, Any], cache_dir: Path) -> Iterator[SourceRecord]:
         opts = parse_options(options, OPTIONS, self.name)

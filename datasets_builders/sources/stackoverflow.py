@@ -86,6 +86,8 @@ class StackOverflowSource(Source):
         "StackOverflow posts/comments by user: TFF federated split (paper 002), CODE (paper 004)"
     )
     date_field: ClassVar[str | None] = "creation_date"
+    client_words: ClassVar[str] = "one StackOverflow user"
+    client_is_person: ClassVar[bool] = True
     options: ClassVar[tuple[Option, ...]] = OPTIONS
     split_defaults: ClassVar[dict[str, Any]] = {
         "partition": "natural",

@@ -78,6 +78,8 @@ class YelpSource(Source):
     name: ClassVar[str] = "yelp"
     description: ClassVar[str] = "Yelp reviews with category x rating control codes (paper 001)"
     date_field: ClassVar[str | None] = "review_date"
+    client_words: ClassVar[str] = "one Yelp reviewer"
+    client_is_person: ClassVar[bool] = True
     options: ClassVar[tuple[Option, ...]] = OPTIONS
     split_defaults: ClassVar[dict[str, Any]] = {"span_length": None}
 
