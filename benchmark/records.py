@@ -68,6 +68,7 @@ def build_record(
     profile: Any,
     role: str,
     release_kind: str,
+    instrument: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     spec = resolved.spec
     models = profile.describe()
@@ -98,6 +99,8 @@ def build_record(
         "evaluation": evaluation,
         "costs": costs,
         "models": models,
+        # the digest of the start model the release was measured from (benchmark.instrument)
+        "instrument": instrument or {},
         "wall_seconds": wall_seconds,
         "hardware": hardware(),
         "code_version": code_version(),

@@ -36,6 +36,7 @@ from benchmark.federation.local_dp_sgd import LocalLMTrainer
 from benchmark.federation.pool import INDEPENDENCE_CHECKS, ClientPool
 from benchmark.federation.quarantine import Diagnostics
 from benchmark.files import Busy, atomic_write, exclusive_lock
+from benchmark.instrument import instrument_section
 from benchmark.method import Method, MethodContext
 from benchmark.privacy.errors import BudgetExceededError
 from benchmark.privacy.ledger import PrivacyLedger
@@ -477,15 +478,9 @@ def _drive(
     artifact.save(run_dir / ARTIFACT)
     method_seconds = elapsed + time.perf_counter() - began
 
+    start = public_start_of(ctx)
     report = evaluate_artifact(
-        artifact,
-        spec,
-        split,
-        ctx.profile,
-        run_dir,
-        pool.costs.summary(),
-        public_start_of(ctx),
-        canaries,
+        artifact, spec, split, ctx.profile, run_dir, pool.costs.summary(), start, canaries
     )
     record = build_record(
         resolved=resolved,
@@ -502,6 +497,7 @@ def _drive(
         profile=ctx.profile,
         role=role,
         release_kind=artifact.kind,
+        instrument=instrument_section([m["name"] for m in spec.evaluation.metrics], start),
     )
     write_record(record, run_dir / RESULT)
     return RunResult(resolved.run_key, run_dir, record, artifact)

@@ -759,7 +759,8 @@ def privacy_unit(source: Source, options: SplitOptions) -> dict[str, Any]:
         words = f"a synthetic client dealt by the {options.partition!r} rule (not a person)"
         person = False
     sample = "span" if options.span_length is not None else "document"
-    cap = "" if options.cap is None else f", ≤ {options.cap} {sample}{'s' * (options.cap != 1)} each"
+    plural = "" if options.cap == 1 else "s"
+    cap = "" if options.cap is None else f", ≤ {options.cap} {sample}{plural} each"
     return {
         "client": words,
         "person": person,

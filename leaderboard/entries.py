@@ -103,6 +103,13 @@ def _group_epsilons(run_records: list[dict[str, Any]]) -> dict[str, Any]:
     return {"group_epsilons": {g: _epsilon_json(e) for g, e in worst.items()}}
 
 
+def _instruments(run_records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The start models the seeds were measured from (benchmark.instrument): one digest when
+    every seed used the same build; records from before the digest give none."""
+    digests = {r.get("instrument", {}).get("start_sha256") for r in run_records} - {None}
+    return {"instruments": sorted(digests)} if digests else {}
+
+
 def build_entry(run_records: Sequence[dict[str, Any]], lb_version: str) -> dict[str, Any]:
     """Aggregate the run records of one configuration (one per seed, in seed order, so the
     same records always make the same entry) into an entry."""
@@ -151,6 +158,7 @@ def build_entry(run_records: Sequence[dict[str, Any]], lb_version: str) -> dict[
         "code_version": first["code_version"],
         "packages": first["packages"],
         "runs": [r["run_key"] for r in run_records],
+        **_instruments(run_records),
     }
     entry["integrity"] = integrity_digest(entry)
     validate_entry(entry)

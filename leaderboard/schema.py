@@ -104,6 +104,12 @@ ENTRY_SCHEMA: dict[str, Any] = {
         "code_version": {"type": "string"},
         "packages": {"type": "object", "additionalProperties": {"type": "string"}},
         "runs": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        # sha256 of each start model the seeds were measured from (benchmark.instrument)
+        "instruments": {
+            "type": "array",
+            "items": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+            "minItems": 1,
+        },
         "integrity": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
         # Ed25519 over the rest of the entry (leaderboard/signing.py); `leaderboard verify`
         # refuses an entry without one unless told --allow-unsigned.

@@ -10,7 +10,7 @@ import pytest
 from toy_source import ToySource, make_records
 
 from benchmark import split_storage
-from benchmark.split_manifest import content_hash, verify, version_of
+from benchmark.split_manifest import content_hash, unit_statement, verify, version_of
 from datasets_builders.pipeline import SplitOptions, build_split
 
 OPTIONS = dict(span_length=None, partition="natural", validation_clients=0.2, test_clients=0.2)
@@ -146,3 +146,21 @@ def test_find_splits_lists_finished_splits_only(tmp_path):
     assert found == ["nested/two", "one"]
     split = split_storage.load_split(tmp_path / "root" / "one")
     assert split.name.startswith("toy-v-") and len(split.records("train")) > 0
+
+
+def test_the_manifest_says_who_a_user_is_and_records_repeat_it(tmp_path):
+    """A natural client is the source's own (a toy source says nothing of persons); other
+    partitions deal synthetic clients; the cap is part of the statement."""
+    natural = build(tmp_path, "n", cap=3)["privacy_unit"]
+    assert natural == {
+        "client": "one natural client of the source",
+        "person": False,
+        "cap": 3,
+        "statement": "user = one natural client of the source, ≤ 3 documents each",
+    }
+    dealt = build(tmp_path, "d", partition="iid", partition_params={"num_clients": 4})
+    assert dealt["privacy_unit"]["person"] is False
+    assert "synthetic client dealt by the 'iid' rule" in dealt["privacy_unit"]["statement"]
+    assert unit_statement(dealt, "user") == dealt["privacy_unit"]["statement"]
+    assert unit_statement({}, "user").startswith("user = one client of the split (its manifest")
+    assert unit_statement(dealt, "sample").startswith("sample = one sample (a person may")

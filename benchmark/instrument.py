@@ -1,0 +1,39 @@
+"""The instrument's identity: a digest of the weights every release is measured from.
+
+The evaluator fine-tunes each released text set (and audits each release) from one start
+model, built on the machine that runs it: the profile's on-device LM, pretrained here, then
+fine-tuned on the split's public part. Two builds that differ by a bit measure differently
+(issue 32 measured ~0.005 top-1 between one machine's build and another's, a fifth of the
+bench's gap), so a record carries the digest of the start it was measured with, and tables
+set a row beside bounds only when both were measured with the same start.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+# metrics that measure a release from the start model
+START_METRICS = frozenset({"next_token", "canary"})
+
+
+def weights_digest(model: Any) -> str:
+    """sha256 over every named parameter and buffer (name, dtype, shape, bytes), in order:
+    the same weights give the same digest on any machine."""
+    import torch
+
+    digest = hashlib.sha256()
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        value = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}|{value.dtype}|{tuple(value.shape)}\n".encode())
+        digest.update(value.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def instrument_section(metric_names: list[str], start: Callable[[], Any] | None) -> dict[str, str]:
+    """The record's ``instrument``: the start model's digest when a metric measures from it
+    (``{}`` otherwise: the preference track has no start)."""
+    if start is None or not START_METRICS & set(metric_names):
+        return {}
+    return {"start_sha256": weights_digest(start())}
