@@ -23,7 +23,8 @@ POPri's DPO step. Steps:
    LLM fine-tuning); ``lora_r = 0`` (``tiny``): full fine-tune of the tiny generator.
    AdamW with a cosine schedule, gradient-norm clipping at 1.
 4. Generate ``generate_size`` samples from the fine-tuned LLM with fresh prompts of three
-   random public texts (as POPri generates its final set), temperature and top-p 1.0, at
+   random public texts (as POPri generates its final set), ``release_temperature`` and
+   ``release_top_p`` 1.0 (:mod:`methods.release_sampling`), at
    most ``generate_max_new_tokens`` tokens each (64 in ``paper``: paper 000 §5 sets the
    maximum sequence length to 64).
    Everything after step 1 is post-processing of the noisy releases.
@@ -57,7 +58,7 @@ import numpy as np
 from benchmark.artifact import Artifact
 from benchmark.method import MethodContext
 from benchmark.preference_training import SFTConfig, train_completions
-from benchmark.profiles.base import Generator, SamplingParams
+from benchmark.profiles.base import Generator
 from benchmark.profiles.seeding import seeded
 from methods.lora import lora_config, trainable_flags_kept
 from methods.private_evolution import (
@@ -69,6 +70,7 @@ from methods.private_evolution import (
     expand,
     few_shot_prompt,
 )
+from methods.release_sampling import RELEASE_SAMPLING, release_sampling
 
 
 def top_scoring(seeds: dict[str, float], k: int) -> list[str]:
@@ -143,6 +145,7 @@ class PESFT(PrivateEvolution):
             "generate_size": 1_000_000,
             "generate_max_new_tokens": 64,
             "generate_batch_size": 256,
+            **RELEASE_SAMPLING,
         },
         "cpu": {
             **PE_CPU,
@@ -156,6 +159,7 @@ class PESFT(PrivateEvolution):
             "generate_size": 1000,
             "generate_max_new_tokens": 64,
             "generate_batch_size": 32,
+            **RELEASE_SAMPLING,
         },
         "tiny": {
             **PE_TINY,
@@ -168,6 +172,7 @@ class PESFT(PrivateEvolution):
             "generate_size": 8,
             "generate_max_new_tokens": 16,
             "generate_batch_size": 8,
+            **RELEASE_SAMPLING,
         },
     }
 
@@ -188,7 +193,7 @@ class PESFT(PrivateEvolution):
         pool = eligible_public(ctx, self.pe.min_words)
         pairs = list(zip(_public_prompts(pool, len(selected), rng), selected, strict=True))
         seed = int(rng.integers(2**31 - 1))
-        params = SamplingParams(max_new_tokens=self.config["generate_max_new_tokens"])
+        params = release_sampling(self.config, self.config["generate_max_new_tokens"])
         with fine_tuned(ctx.profile.generator(), pairs, self.sft_config(), seed) as generator:
             texts = expand(
                 generator,

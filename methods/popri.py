@@ -64,7 +64,9 @@ Choices the paper leaves open (and where the values come from):
 - Samples are at most ``max_new_tokens`` = 64 generator tokens (App. D: sequence length 64),
   temperature and top-p 1.0; the generator is prompted as a plain LM (no chat template),
   like the paper's base LLaMA-3-8B. Prompts longer than the generator's context are cut from
-  the left, the same way for sampling and for DPO.
+  the left, the same way for sampling and for DPO. The released samples use
+  ``release_temperature`` / ``release_top_p`` (1.0 / 1.0 as the paper; post-processing a
+  suite may tune on validation, :mod:`methods.release_sampling`).
 - Empty training samples are kept (they are scored and may be paired like any other);
   the final set re-draws empty generations.
 - The untrained public model is not a selection candidate: only post-DPO checkpoints are.
@@ -98,6 +100,7 @@ from benchmark.profiles.hf_generator import context_length
 from methods.lora import lora_config, trainable_flags_kept
 from methods.popri_scoring import SimilarityScorer, preference_indices
 from methods.private_evolution import eligible_public, expand, few_shot_prompt, parse_generated
+from methods.release_sampling import RELEASE_SAMPLING, release_sampling
 
 CLIP_NORM = 1.0  # Algorithm 4, l. 3: each client's score vector has L2 norm <= 1
 EXAMPLES_PER_PROMPT = 3  # paper 000 Fig. 5: three public samples, the 4th is generated
@@ -177,6 +180,7 @@ _PAPER = {
     # and its Alg. 4 / privacy analysis describe raw cosine scores; the reference code's
     # z-scoring is available as an option (see popri_scoring) and measured on cpu.
     "standardize_scores": False,
+    **RELEASE_SAMPLING,  # the released samples' (temperature, top-p); the rounds' are above
 }
 # cpu (working scale on 2 shared cores): 3 rounds of K = 24 prompts × J = 10 samples (240
 # scored samples per round; J and ℓ = 5 as the paper), 64-token samples, one DPO epoch per
@@ -536,7 +540,7 @@ class POPri(Method):
         cfg = self.popri
         generator = ctx.profile.generator()
         rng = ctx.rng(cfg.rounds, _PROMPTS)
-        params = SamplingParams(cfg.max_new_tokens, cfg.temperature, cfg.top_p)
+        params = release_sampling(self.config, cfg.max_new_tokens)
         with lora_policy(generator, cfg, state["best"]["adapter"]) as model, merged(model):
             texts = expand(
                 generator,

@@ -10,7 +10,8 @@ Algorithm 1 of paper 004, line by line:
 - line 11 (``finish``): ``S_syn = Expand(∪_t Set(S'_t))``: ``expand_size`` samples from
   the profile's generator, each prompted with three random DP seeds in the structure of
   Fig. 3 (the text generated after the 4th heading, up to the 5th, is the sample);
-  temperature and top-p 1.0, ``expand_max_new_tokens`` = 85 as the reference code.
+  ``release_temperature`` / ``release_top_p`` 1.0 (:mod:`methods.release_sampling`),
+  ``expand_max_new_tokens`` = 85 as the reference code.
   Expand is post-processing of the noisy histograms and costs no privacy.
 
 The release is the expanded set (artifact kind ``texts``); the downstream on-device model
@@ -46,8 +47,8 @@ from typing import Any
 
 from benchmark.artifact import Artifact
 from benchmark.method import MethodContext
-from benchmark.profiles.base import SamplingParams
 from methods.private_evolution import PE_CPU, PE_PAPER, PE_TINY, PrivateEvolution, expand
+from methods.release_sampling import RELEASE_SAMPLING, release_sampling
 
 # Paper 004 App. D.2's ε = 1.29 setting, as ``method.params`` over the ``paper`` config.
 EPS_1_29_PARAMS = {"population_size": 1024, "threshold_std": 5.9 / 11.3}
@@ -63,24 +64,27 @@ class PreText(PrivateEvolution):
             "expand_size": 2_000_000,  # App. D.2: 2 million samples
             "expand_max_new_tokens": 85,
             "expand_batch_size": 256,
+            **RELEASE_SAMPLING,
         },
         "cpu": {
             **PE_CPU,
             "expand_size": 1000,
             "expand_max_new_tokens": 64,
             "expand_batch_size": 32,
+            **RELEASE_SAMPLING,
         },
         "tiny": {
             **PE_TINY,
             "expand_size": 8,
             "expand_max_new_tokens": 16,
             "expand_batch_size": 8,
+            **RELEASE_SAMPLING,
         },
     }
 
     def finish(self, ctx: MethodContext, state: Any) -> Artifact:
         seeds = list(state["seeds"])
-        params = SamplingParams(max_new_tokens=self.config["expand_max_new_tokens"])
+        params = release_sampling(self.config, self.config["expand_max_new_tokens"])
         texts = expand(
             ctx.profile.generator(),
             seeds,

@@ -214,9 +214,9 @@ def _json_or_text(value: str) -> Any:
     "--grid",
     "grid_options",
     multiple=True,
-    required=True,
     help="name=v1,v2,...: one parameter's candidates (repeat for a product grid), e.g. "
-    "--grid client_lr=0.001,0.01,0.1 --grid clip_norm=0.01,0.1,1.0 (paper 000's grid).",
+    "--grid client_lr=0.001,0.01,0.1 --grid clip_norm=0.01,0.1,1.0 (paper 000's grid); "
+    "default: the suite's declared grid for METHOD.",
 )
 @click.option("--epsilon", type=float, default=None, help="Budget (default: the suite's first).")
 @click.option(
@@ -250,10 +250,13 @@ def suite_tune(
     from leaderboard.suites import get_suite
     from leaderboard.tuning import tune
 
-    grid = parse_grid(grid_options)
+    suite = get_suite(suite_name)
+    grid = parse_grid(grid_options) if grid_options else suite.tuning.get(method)
+    if not grid:
+        raise click.UsageError(f"suite {suite_name} declares no grid for {method!r}: give --grid")
     try:
         report, path = tune(
-            get_suite(suite_name), method, grid, results_root=Path(results),
+            suite, method, grid, results_root=Path(results),
             runs_root=Path(runs), splits_root=Path(splits), epsilon=epsilon, seed=seed,
             select=select, on_run=lambda label: click.echo(f"finished: {label}"),
         )  # fmt: skip
