@@ -376,7 +376,7 @@ def run(
             diagnostics=Diagnostics(run_dir),
         )
         if isolated:
-            launch.warm(public_start_of(ctx))
+            launch.warm(evaluation_start(ctx, "public"))
             method: Any = launch.method(resolved, pool, run_dir)
         else:
             method = InProcessMethod(method_cls(resolved.method_config), ctx, spec.seed)
@@ -478,7 +478,7 @@ def _drive(
     artifact.save(run_dir / ARTIFACT)
     method_seconds = elapsed + time.perf_counter() - began
 
-    start = public_start_of(ctx)
+    start = evaluation_start(ctx, downstream_config(spec).start)
     report = evaluate_artifact(
         artifact, spec, split, ctx.profile, run_dir, pool.costs.summary(), start, canaries
     )
@@ -546,13 +546,15 @@ def evaluate_artifact(
     return evaluate(artifact, ctx, metric_specs)
 
 
-def public_start_of(ctx: MethodContext) -> Any:
-    """The shared public starting point (the on-device LM fine-tuned on public data with
-    the profile's recipe): released text sets are fine-tuned from it, as the
-    federated baselines are, so every method starts from the same model."""
+def evaluation_start(ctx: MethodContext, start: str) -> Any:
+    """What the evaluator fine-tunes releases from: the public start, or (``generic``, paper
+    000's protocol) the profile's on-device LM without the public fine-tuning."""
     from benchmark.training import PUBLIC_START_CONFIGS, public_start
 
-    return lambda: public_start(ctx, PUBLIC_START_CONFIGS[ctx.profile.name])
+    config = PUBLIC_START_CONFIGS[ctx.profile.name]
+    if start == "generic":
+        config = {**config, "public_epochs": 0}
+    return lambda: public_start(ctx, config)
 
 
 def downstream_config(spec: RunSpec) -> Any:
@@ -560,7 +562,7 @@ def downstream_config(spec: RunSpec) -> Any:
 
     try:
         return DownstreamConfig(**spec.evaluation.downstream)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         allowed = sorted(DownstreamConfig.__dataclass_fields__)
         raise SpecError(f"evaluation.downstream: {exc}; allowed fields: {allowed}") from exc
 

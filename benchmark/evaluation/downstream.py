@@ -36,6 +36,7 @@ from benchmark.profiles.seeding import seeded
 from benchmark.progress import progress
 
 LOWER_IS_BETTER = frozenset({"ce"})
+EVALUATION_STARTS = ("public", "generic")
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,14 @@ class DownstreamConfig:
     # Preference releases: the downstream policy's SFT + DPO (fields of
     # :class:`benchmark.preference_training.AlignmentConfig`; paper 003's defaults).
     alignment: dict[str, Any] = field(default_factory=dict)
+    # What releases are fine-tuned from: ``public``, the on-device LM adapted to the split's
+    # public part (the stronger bar a practitioner faces), or ``generic``, the on-device LM
+    # as pretrained (paper 000's protocol, whose ε = 0 row is that checkpoint untouched).
+    start: str = "public"
+
+    def __post_init__(self) -> None:
+        if self.start not in EVALUATION_STARTS:
+            raise ValueError(f"start must be one of {EVALUATION_STARTS}, got {self.start!r}")
 
 
 def encode(tokenizer: Any, texts: list[str], max_length: int) -> list[list[int]]:
