@@ -36,6 +36,7 @@ from benchmark.evaluation.downstream import evaluate_lm, is_better, train_lm
 from benchmark.files import atomic_write
 from benchmark.method import MethodContext
 from benchmark.profiles.cache import cache_dir
+from benchmark.profiles.shipped import shipped_file
 
 # Public starting point per profile; every adapter of this family merges these into its
 # configs so that all four start from the same model. paper = paper 004 App. D.2 c4-only
@@ -148,8 +149,9 @@ def public_start(ctx: MethodContext, config: dict[str, Any]) -> Any:
         ).encode()
     ).hexdigest()
     path = cache_dir() / "public_start" / f"{key[:24]}.pt"
-    if _load_cached_start(path, key, model):
-        return model.eval()
+    for candidate in (path, shipped_file(f"public_start/{path.name}")):
+        if candidate is not None and _load_cached_start(candidate, key, model):
+            return model.eval()
     fine_tune(model, lm.tokenizer, public, validation, cfg, PUBLIC_START_SEED)
     try:
         buffer = io.BytesIO()

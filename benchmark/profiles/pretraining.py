@@ -36,6 +36,7 @@ from benchmark.profiles.base import OnDeviceLM
 from benchmark.profiles.cache import cache_dir
 from benchmark.profiles.ondevice import GPT2Shape, RandomGPT2LM
 from benchmark.profiles.packaged import distribution_version
+from benchmark.profiles.shipped import shipped_file
 from benchmark.profiles.tokenizer_builders import train_bytelevel_bpe, wrap_bytelevel_bpe
 
 LIBRARIES = ("torch", "transformers", "tokenizers")
@@ -98,7 +99,7 @@ def pretrained_ondevice_lm(
     key = corpus_key(texts, spec)
     directory = cache_dir() / "ondevice" / f"{name}-{key}"
     label = f"{spec.shape.label()} pretrained on {name} ({key})"
-    cached = _read(directory, key)
+    cached = _read(directory, key) or _read_shipped(directory.name, key)
     if cached is not None:
         return PretrainedGPT2LM(cached[0], spec.shape, cached[1], label)
     began = time.perf_counter()
@@ -144,6 +145,14 @@ def _read(directory: Path, key: str) -> tuple[Any, torch.Tensor] | None:
     if stored.get("key") != key or stored.get("tokenizer_sha256") != tokenizer_digest:
         return None
     return wrap_bytelevel_bpe(tok), stored["params"]
+
+
+def _read_shipped(name: str, key: str) -> tuple[Any, torch.Tensor] | None:
+    """The build shipped with the project for this key, if its files verify."""
+    files = [shipped_file(f"ondevice/{name}/{f}") for f in ("params.pt", "tokenizer.json")]
+    if None in files:
+        return None
+    return _read(files[0].parent, key)
 
 
 def _write(directory: Path, key: str, tok: Any, params: torch.Tensor, report: dict) -> None:
