@@ -165,8 +165,6 @@ class ChitchatPreferenceSource(Source):
         "speaker; dated by the reply; demo"
     )
     demo: ClassVar[bool] = True
-    client_words: ClassVar[str] = "one replying chat participant"
-    client_is_person: ClassVar[bool] = True
     date_field: ClassVar[str | None] = "reply timestamp"
     options: ClassVar[tuple[Option, ...]] = (
         Option("path", None, "a dataset.json in the package's format (default: the package's)"),
@@ -214,6 +212,11 @@ class ChitchatPreferenceSource(Source):
                 f"{self.name}: rejected_before must be a date YYYY-MM-DD or none, got {before!r}"
             ) from exc
         return opts
+
+    def client_unit(self, options: dict[str, Any]) -> tuple[str, bool]:
+        if self._options(options)["client_by"] == "speaker":
+            return "one replying chat participant", True
+        return "one speaker's replies in one conversation (a person has many: not a person)", False
 
     def fetch(self, options: dict[str, Any], cache_dir: Path) -> Iterator[SourceRecord]:
         opts = self._options(options)
