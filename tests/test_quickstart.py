@@ -2,6 +2,7 @@
 submission ranked beside the published methods in the same leaderboard version."""
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -11,7 +12,7 @@ from leaderboard.suites import PUBLISHED_METHODS
 
 pytestmark = pytest.mark.end_to_end  # scheduled first (tests/conftest.py)
 
-ADAPTER = __file__.replace("test_quickstart.py", "example_adapter.py")
+ADAPTER = str(Path(__file__).parents[1] / "docs" / "tutorials" / "example_adapter.py")
 
 
 def tree_bytes(root):

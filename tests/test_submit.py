@@ -1,13 +1,15 @@
-"""`fedsynth submit` runs a third-party adapter through a suite; its entries verify and rank."""
+"""`fedsynth submit` runs a third-party adapter (the tutorial's docs/tutorials/example_adapter.py)
+through a suite; its entries verify and rank."""
 
 import json
 import tarfile
+from pathlib import Path
 
 from click.testing import CliRunner
 
 from benchmark.cli.main import cli
 
-ADAPTER = __file__.replace("test_submit.py", "example_adapter.py")
+ADAPTER = str(Path(__file__).parents[1] / "docs" / "tutorials" / "example_adapter.py")
 
 
 def test_submit_produces_ranked_verifiable_entries(tmp_path):
