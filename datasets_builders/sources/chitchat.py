@@ -1,5 +1,6 @@
-"""Chit-chat conversations from the ``chitchat-dataset`` package: the offline population
-large enough for DP, with real dates and a real shift between public and private text.
+"""Chit-chat conversations from the ``chitchat-dataset`` package: an offline population of real
+people (1,055 in the private window), with real dates and a real shift between public and
+private text.
 
 Origin: ``chitchat_dataset/dataset.json`` of the installed package (MIT; version 0.9.0 has
 7,168 conversations, 258,145 messages from 1,315 senders). Each conversation maps to
@@ -28,7 +29,7 @@ Default recipe (``split_defaults``): private = conversations started in the wind
 April 2018 conversations, data a model trained then could have seen), 100 validation and
 250 test people held out whole (so train, validation and test are person-disjoint), at
 most 8 spans per person, 4,000 public spans.
-Measured on the package (``fedsynth splits build chitchat``): see the README's split table.
+Measured on the package (``fedsynth splits build chitchat``): 654 train people, 3,164 spans.
 
 The shift is real, not only in time: the collection ran in two periods (April–May and
 September–November 2018) and the autumn conversations were seeded with a new, AI-themed
