@@ -150,12 +150,12 @@ def test_the_workers_own_reports_cannot_carry_data_into_the_record(tmp_path):
 
 
 def test_running_time_reaches_neither_the_costs_nor_the_methods_own_time(tmp_path):
-    """'w' makes every client call 0.25 s longer (10 clients, and 8 more recomputed alone):
+    """'w' makes every client call 0.5 s longer (10 clients, and 8 more recomputed alone):
     the records agree, hold no client time, and the method's own time leaves it out."""
     fast, slow = (go(tmp_path / letter, "adv_sleep_by_letter", letter) for letter in "vw")
     assert visible(fast) == visible(slow)
     assert not any("seconds" in key for key in slow.record["costs"])
-    assert slow.record["wall_seconds"] < 1.5  # the clients alone slept 2.5 s
+    assert slow.record["wall_seconds"] < 4.5  # the clients alone slept 9 s
 
 
 def test_prints_of_client_code_go_to_the_private_log_only(tmp_path, capfd):

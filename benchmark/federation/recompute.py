@@ -248,6 +248,8 @@ class _Zygote:
             [*command, str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,  # it imports modules client code named: not the
+            stderr=subprocess.DEVNULL,  # operator's terminal
             env={**env, "PYTHONPATH": os.pathsep.join(paths)},
         )
         self.launch = launch

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from benchmark.isolation.client_process import (
+    MALFORMED,
     NO_LOCAL_CLIENTS,
     ClientFunctionError,
     ClientProcess,
@@ -160,7 +161,10 @@ class ShardedClients:
         import torch
 
         blobs = _get([h.memos.remote() for h in self._hosts])
-        memos = [memo for blob in blobs for memo in unpack_memos(blob)]
+        try:
+            memos = [memo for blob in blobs for memo in unpack_memos(blob)]
+        except Exception:  # the loader's message quotes what client code put there
+            raise ClientFunctionError(MALFORMED) from None
         return torch.frombuffer(bytearray(pack_memos(memos)), dtype=torch.uint8)
 
     def load_memos(self, state: Any) -> None:
