@@ -283,15 +283,17 @@ def test_a_large_batched_release_streams_in_blocks_and_equals_the_in_process_one
 
 
 def _host_blocks(rows: np.ndarray, sizes: list[int]) -> Iterator[Any]:
-    """A client-shard host's stream: its rows in blocks of ``sizes``, then payload counts."""
+    """A client-shard host's stream: its rows in blocks of ``sizes``, then its end marker."""
+    from benchmark.isolation.client_shards import END
+
     cuts = np.cumsum([0, *sizes])
-    return iter([rows[a:b] for a, b in itertools.pairwise(cuts)] + [(7, 0)])
+    return iter([rows[a:b] for a, b in itertools.pairwise(cuts)] + [END])
 
 
 def test_sharded_blocks_are_merged_in_the_order_asked_for_without_gathering_the_call():
     """Two Ray shard hosts stream their positions' rows in blocks; the coordinator hands
     them on in the order of the call, in blocks no larger than the largest a host sent
-    plus one run, and reads nothing past a host's rows (its payload counts come next)."""
+    plus one run, and reads nothing past a host's rows (its end marker comes next)."""
     from benchmark.isolation.client_shards import merge_blocks
 
     owner = np.array([0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0])
