@@ -303,7 +303,9 @@ def test_sharded_blocks_are_merged_in_the_order_asked_for_without_gathering_the_
     blocks = list(merge_blocks(streams, parts, len(owner)))
     np.testing.assert_array_equal(np.concatenate(blocks), rows)
     assert len(blocks) > 1 and max(len(b) for b in blocks) <= 3 + 2
-    assert [next(s) for s in streams.values()] == [(7, 0), (7, 0)]
+    from benchmark.isolation.client_shards import END
+
+    assert [next(s) for s in streams.values()] == [END, END]
 
 
 @pytest.mark.parametrize(
@@ -311,7 +313,7 @@ def test_sharded_blocks_are_merged_in_the_order_asked_for_without_gathering_the_
     [([2, 2, 4], "more rows than clients"), ([2, 2], "fewer rows than clients")],
 )
 def test_a_shard_host_that_sends_too_many_or_too_few_rows_is_refused(sizes, message):
-    """(Rows a host sends after its positions' are caught by the payload-counts check.)"""
+    """(Rows a host sends after its positions' are caught by the end-marker check.)"""
     from benchmark.isolation.client_shards import merge_blocks
 
     rows = np.ones((8, 3))
