@@ -278,6 +278,10 @@ class InProcessMethod:
     def cache_requests(self) -> list[dict[str, Any]]:
         return self.method.cache_requests(self.ctx)
 
+    def pool_seconds(self) -> float:
+        """Seconds spent in client code so far (the pool's count, not published)."""
+        return self.ctx.pool.costs.client_seconds
+
     def setup(self) -> Any:
         seed_torch(self.seed, -1)
         self.state = self.method.setup(self.ctx)
@@ -453,7 +457,13 @@ def _drive(
         start, elapsed = 0, 0.0
         method.setup()
 
-    began = time.perf_counter()
+    began, served = time.perf_counter(), method.pool_seconds()
+
+    def own_seconds() -> float:
+        """The method's own time: wall time less the time spent serving its pool calls
+        (client code decides how long those take, so they are not published)."""
+        return max(elapsed + time.perf_counter() - began - (method.pool_seconds() - served), 0.0)
+
     rounds = range(start, method.num_rounds())
     for r in progress(rounds, f"{spec.method.name} rounds", total=len(rounds), unit="round"):
         state = method.round(r)
@@ -466,7 +476,7 @@ def _drive(
                 "method_state": state,
                 "pool": pool.state_dict(),
                 "ledger": ledger.to_json(),
-                "elapsed": elapsed + time.perf_counter() - began,
+                "elapsed": own_seconds(),
             },
             r,
         )
@@ -476,7 +486,7 @@ def _drive(
     artifact = checked_artifact(method.finish(), spec.method.name)
     epsilon = check_budget(ledger, spec)
     artifact.save(run_dir / ARTIFACT)
-    method_seconds = elapsed + time.perf_counter() - began
+    method_seconds = own_seconds()
 
     start = evaluation_start(ctx, downstream_config(spec).start)
     report = evaluate_artifact(
@@ -489,10 +499,7 @@ def _drive(
         ledger=ledger,
         metrics=flatten_metrics(report),
         evaluation=report,
-        costs={
-            **pool.costs.summary(),
-            "server_seconds": max(method_seconds - pool.costs.client_seconds, 0.0),
-        },
+        costs=pool.costs.summary(),
         wall_seconds=method_seconds,
         profile=ctx.profile,
         role=role,

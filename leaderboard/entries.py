@@ -131,7 +131,9 @@ def build_entry(run_records: Sequence[dict[str, Any]], lb_version: str) -> dict[
     spec = dict(first["spec"])
     spec["seeds"] = sorted(r["spec"]["seed"] for r in run_records)
     spec.pop("seed", None)
-    costs = {k: sum(r["costs"][k] for r in run_records) / len(run_records) for k in first["costs"]}
+    # Counters every run has (records before issue 33 also hold measured client seconds).
+    shared = [k for k in first["costs"] if all(k in r["costs"] for r in run_records)]
+    costs = {k: sum(r["costs"][k] for r in run_records) / len(run_records) for k in shared}
     entry = {
         "schema_version": ENTRY_SCHEMA_VERSION,
         "leaderboard_version": lb_version,

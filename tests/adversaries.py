@@ -241,3 +241,143 @@ class ClientWrites(Adversary):
 
     def payload(self, ctx):
         return str(ctx.work_dir / "stash.txt")
+
+
+# --- issue 33: side outputs of client code (class 5) and its timing and requests (class 11) ---
+# Each client function below encodes the first character of its client's private text in
+# something other than its row; tests/test_side_outputs.py runs each on two splits that
+# differ only in that character and checks what the method, the record and the operator's
+# log get is the same.
+
+
+def first_letter(client):
+    return client.texts[0][0]
+
+
+def raise_named_after_text(client, payload):
+    """The exception's class is named after the private text (its message is the text)."""
+    name = "leak_" + "".join(c if c.isalnum() else "_" for c in client.texts[0][:40])
+    raise type(name, (Exception,), {})(client.texts[0])
+
+
+def exit_with_letter(client, payload):
+    """The worker exits with the letter as its exit code."""
+    os._exit(ord(first_letter(client)))
+
+
+def sleep_by_letter(client, payload):
+    """Runs longer for one letter than for another (0.5 s per client for 'w')."""
+    import time
+
+    time.sleep(0.5 if first_letter(client) == "w" else 0.0)
+    return mean_length(client, payload)
+
+
+def rewrite_reports(client, payload):
+    """Patches the worker's own messages so that every header it sends carries counts
+    made from the private text (what the worker once reported as payload counts)."""
+    from benchmark.isolation import client_process
+
+    send = client_process.wire.send
+    letter = ord(first_letter(client))
+
+    def send_with_counts(stream, header, *blobs):
+        return send(
+            stream, {**header, "floats": letter, "texts": letter, "seconds": letter}, *blobs
+        )
+
+    client_process.wire.send = send_with_counts
+    return mean_length(client, payload)
+
+
+def shape_by_letter(client, payload):
+    """A row whose length is the letter's code point (the method declared dim 1)."""
+    return np.zeros(ord(first_letter(client)))
+
+
+def dtype_named_after_text(batch, payload):
+    """Batched: a structured array whose field name is the private text."""
+    name = "".join(c for c in batch.clients[0].texts[0] if c.isalnum())
+    return np.zeros(len(batch.clients), dtype=[(name, "f8")])
+
+
+def print_texts(client, payload):
+    """Prints the private text (to the worker's stdout and stderr)."""
+    import sys
+
+    print("PRINTED", client.texts[0])
+    print("PRINTED", client.texts[0], file=sys.stderr)
+    return mean_length(client, payload)
+
+
+@register("adv_error_class_name")
+class ErrorClassName(Adversary):
+    client_fn = staticmethod(raise_named_after_text)
+
+
+@register("adv_exit_code")
+class ExitCode(Adversary):
+    client_fn = staticmethod(exit_with_letter)
+
+
+@register("adv_sleep_by_letter")
+class SleepByLetter(Adversary):
+    """Its server side is one call at a fixed noise (no accountant to solve), so nearly
+    all of its run is the clients' time."""
+
+    client_fn = staticmethod(sleep_by_letter)
+
+    def round(self, ctx, state, r):
+        self.aggregate(ctx, 5.0)
+        return state
+
+
+@register("adv_rewrite_reports")
+class RewriteReports(Adversary):
+    client_fn = staticmethod(rewrite_reports)
+
+
+@register("adv_shape_by_letter")
+class ShapeByLetter(Adversary):
+    client_fn = staticmethod(shape_by_letter)
+
+
+@register("adv_dtype_named_after_text")
+class DtypeNamedAfterText(Adversary):
+    client_fn, batched = staticmethod(dtype_named_after_text), True
+
+
+@register("adv_prints")
+class Prints(Adversary):
+    client_fn = staticmethod(print_texts)
+
+
+@register("adv_cache_flood")
+class CacheFlood(Adversary):
+    """Asks the coordinator to generate 20,000 prompts x 64 public texts (1.28 M, past the
+    1 M bound) before setup: the trusted side's memory and time, spent for the method."""
+
+    def cache_requests(self, ctx):
+        prompts = [f"prompt {i}" for i in range(20_000)]
+        params = [4096, 1.0, 1.0, 0]
+        return [
+            {"kind": "candidates", "prompts": prompts, "count": 64, "params": params, "stop": []}
+        ]
+
+
+@register("adv_huge_dim")
+class HugeDim(Adversary):
+    """Declares a 2**40-dimensional release: the pool would allocate 8 TB to sum it."""
+
+    def aggregate(self, ctx, sigma):
+        return ctx.pool.aggregate(
+            mean_length, None, dim=2**40, clip_norm=1.0, noise_multiplier=sigma, label="r"
+        )
+
+
+@register("adv_big_payload")
+class BigPayload(Adversary):
+    """Sends a 4 MB payload (refused when the operator bounds messages below that)."""
+
+    def payload(self, ctx):
+        return np.ones(1 << 19)

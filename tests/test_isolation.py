@@ -52,11 +52,8 @@ def test_isolated_records_equal_in_process_records(tmp_path):
     assert apart.artifact.texts == inside.artifact.texts
     assert apart.record["privacy"] == inside.record["privacy"]
     assert apart.record["metrics"] == inside.record["metrics"]
-    timing = ("client_seconds", "client_seconds_per_client_round", "server_seconds")
-    costs = [
-        {k: v for k, v in r.record["costs"].items() if k not in timing} for r in (inside, apart)
-    ]
-    assert costs[0] == costs[1]
+    assert apart.record["costs"] == inside.record["costs"]  # public counts, no timings
+    assert apart.record["costs"]["floats_up_per_client_round"] > 0
 
 
 def test_a_client_functions_global_never_reaches_the_server(tmp_path):

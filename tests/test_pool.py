@@ -283,15 +283,17 @@ def test_a_large_batched_release_streams_in_blocks_and_equals_the_in_process_one
 
 
 def _host_blocks(rows: np.ndarray, sizes: list[int]) -> Iterator[Any]:
-    """A client-shard host's stream: its rows in blocks of ``sizes``, then payload counts."""
+    """A client-shard host's stream: its rows in blocks of ``sizes``, then its end marker."""
+    from benchmark.isolation.client_shards import END
+
     cuts = np.cumsum([0, *sizes])
-    return iter([rows[a:b] for a, b in itertools.pairwise(cuts)] + [(7, 0)])
+    return iter([rows[a:b] for a, b in itertools.pairwise(cuts)] + [END])
 
 
 def test_sharded_blocks_are_merged_in_the_order_asked_for_without_gathering_the_call():
     """Two Ray shard hosts stream their positions' rows in blocks; the coordinator hands
     them on in the order of the call, in blocks no larger than the largest a host sent
-    plus one run, and reads nothing past a host's rows (its payload counts come next)."""
+    plus one run, and reads nothing past a host's rows (its end marker comes next)."""
     from benchmark.isolation.client_shards import merge_blocks
 
     owner = np.array([0, 0, 0, 1, 1, 0, 0, 1, 1, 1, 0, 0])
@@ -301,7 +303,9 @@ def test_sharded_blocks_are_merged_in_the_order_asked_for_without_gathering_the_
     blocks = list(merge_blocks(streams, parts, len(owner)))
     np.testing.assert_array_equal(np.concatenate(blocks), rows)
     assert len(blocks) > 1 and max(len(b) for b in blocks) <= 3 + 2
-    assert [next(s) for s in streams.values()] == [(7, 0), (7, 0)]
+    from benchmark.isolation.client_shards import END
+
+    assert [next(s) for s in streams.values()] == [END, END]
 
 
 @pytest.mark.parametrize(
@@ -309,7 +313,7 @@ def test_sharded_blocks_are_merged_in_the_order_asked_for_without_gathering_the_
     [([2, 2, 4], "more rows than clients"), ([2, 2], "fewer rows than clients")],
 )
 def test_a_shard_host_that_sends_too_many_or_too_few_rows_is_refused(sizes, message):
-    """(Rows a host sends after its positions' are caught by the payload-counts check.)"""
+    """(Rows a host sends after its positions' are caught by the end-marker check.)"""
     from benchmark.isolation.client_shards import merge_blocks
 
     rows = np.ones((8, 3))

@@ -2,9 +2,12 @@
 
 They are published in result records, so they are computed from public quantities only:
 participations are the *expected* count q·N of each release (the Poisson-sampled count is
-private), and the floats/texts moved follow from it and the public payload and vector sizes.
-``client_seconds`` is measured wall time of client code; like every published run time it is
-a timing side channel, which fedsynth (as the papers) leaves outside the DP model.
+private), and the floats/texts moved follow from it, the declared vector size and the
+payload the method made (counted on the method's side, never by the client worker, which
+runs client code and could count anything). ``client_seconds`` (the measured time of client
+code) is kept for the trusted side only (the runner subtracts it from the method's own
+time) and is not in :meth:`CostCounters.summary`: client code can choose how long it runs,
+so a published client time carried what it read (issue 33).
 """
 
 from __future__ import annotations
@@ -61,11 +64,14 @@ class CostCounters:
         self.client_seconds += seconds
 
     def summary(self) -> dict[str, float]:
+        """The published counters: public quantities only (no measured time)."""
         per = self.participations if self.participations > 0 else 1.0
         return {
-            **{k: float(v) for k, v in asdict(self).items()},
+            **{k: float(v) for k, v in asdict(self).items() if k not in PRIVATE_COUNTERS},
             "floats_down_per_client_round": self.floats_down / per,
             "texts_down_per_client_round": self.texts_down / per,
             "floats_up_per_client_round": self.floats_up / per,
-            "client_seconds_per_client_round": self.client_seconds / per,
         }
+
+
+PRIVATE_COUNTERS = frozenset({"client_seconds"})  # measured from client code: never published

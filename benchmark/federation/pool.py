@@ -350,19 +350,16 @@ class ClientPool:
         if rows is None:
             raise PrivacyError("the client side sent fewer rows than clients")
         rows = np.asarray(rows)
-        if rows.dtype.kind not in "fiu":
+        if rows.dtype.kind not in "fiu":  # what was sent is not described: client code chose it
             raise PrivacyError(
-                f"client-side functions must return numbers, got dtype {rows.dtype}: raw data "
-                "never leaves a client"
+                "client-side functions must return numbers: raw data never leaves a client"
             )
         if rows.dtype.kind != "f":
             rows = rows.astype(np.float64)
         if rows.ndim != 2 or rows.shape[0] != count:
-            raise PrivacyError(
-                f"client-side function must give one 1-D vector per client; got shape {rows.shape}"
-            )
+            raise PrivacyError("client-side function must give one 1-D vector per client")
         if rows.shape[1] != dim:
-            raise PrivacyError(f"client vectors have dim {rows.shape[1]}, declared {dim}")
+            raise PrivacyError(f"client vectors must have the declared dim {dim}")
         return rows
 
     @classmethod

@@ -165,8 +165,8 @@ class Recheck:
             worker.kill()
             raise PrivacyError(
                 "the independence check did not finish: recomputing the sampled clients alone "
-                f"took longer than the {allowed:.0f} s ({GRACE_S:.0f} s + 4 x the release's own "
-                f"{seconds:.1f} s) it allows; the release was not made. A client function that "
+                f"took longer than the {GRACE_S:.0f} s + 4 x the release's own time it allows; "
+                "the release was not made (client code sets those times). A client function that "
                 "waits on other clients, or a machine too loaded for the check to keep pace, "
                 "causes this; a rerun of the run resumes from its last checkpoint"
             ) from None
@@ -248,6 +248,8 @@ class _Zygote:
             [*command, str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,  # it imports modules client code named: not the
+            stderr=subprocess.DEVNULL,  # operator's terminal
             env={**env, "PYTHONPATH": os.pathsep.join(paths)},
         )
         self.launch = launch
@@ -413,10 +415,11 @@ def _load_rows(body: bytes) -> Rows:
 
 
 def _error_name(body: bytes) -> str:
-    """The exception's type name; anything else (client code can write the answer's bytes)
-    is not repeated to the server, which may read this message."""
-    name = body.decode(errors="replace")
-    return name if name.isidentifier() and len(name) <= 64 else "an exception"
+    """A built-in exception class's name, else "an exception" (client code writes the
+    answer's bytes, and can name a class anything: :mod:`~benchmark.federation.client_errors`)."""
+    from benchmark.federation.client_errors import error_class
+
+    return error_class(body.decode(errors="replace"))
 
 
 def _refusal(why: str) -> PrivacyError:

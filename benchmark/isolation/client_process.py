@@ -6,9 +6,20 @@ unopened by the coordinator. The worker runs them on its clients, as
 :class:`~benchmark.federation.pool.ClientPool` would in process (inside
 :func:`client_scope`, under :func:`seeded_rngs` with the seeds the coordinator sends), and
 returns per-client rows as ``.npy`` arrays (a large batch through a shared memory file),
-which the coordinator clips, sums and noises. Nothing else reaches the server: an exception
-is reported by its type name only (client code writes the message). Its stdout and stderr
-are the operator's terminal (progress, a crash's traceback), which no method process reads.
+which the coordinator clips, sums and noises.
+
+Nothing else it says is repeated: every value that leaves it is either a row (clipped and
+noised before anyone sees it) or a fact the coordinator checks against a fixed vocabulary.
+An exception is reported as a built-in class name or "an exception"
+(:func:`~benchmark.federation.client_errors.error_class`), never its text; a malformed or
+oversized answer, a crash, an exit code, or a call past its time bound is one fixed
+refusal; the payload counts the records publish are declared by the method side, not
+measured here. The worker's stdout and stderr (a client function's prints, the traceback of
+its exceptions) go to the run's private client log (``runs/<key>/client_private.log``),
+which only the coordinator's user can read: no method process, no record and no terminal
+shows them. Between calls the worker is stopped (``SIGSTOP`` to its process group), so a
+thread a client function leaves running cannot use the CPU while the method process
+computes, a contention channel to the method's own timing.
 
 It starts from a fresh interpreter (:mod:`benchmark.isolation.launch`), which sandboxes
 itself first (:mod:`benchmark.isolation.sandbox`: read-only code and models, only its own
@@ -19,32 +30,36 @@ per-row clipping bound.
 
 Protocol (:mod:`benchmark.isolation.wire`): an ``init`` message (threads)
 with the shards as a JSON blob; then requests ``rows`` (job blob; indices, seeds, batched,
-dim) answered by one ``row`` message per client (or one for a batch) and a ``done`` with
-the payload's size; ``all`` (job blob) answered by ``done`` with the cloudpickled result
-(the non-private bound's centralized training); ``memos`` / ``load_memos`` (the clients'
-client-side caches, torch-saved, for checkpoints).
+dim) answered by one ``row`` message per client (or one for a batch) and a ``done``;
+``all`` (job blob) answered by ``done`` with the cloudpickled result (the non-private
+bound's centralized training); ``memos`` / ``load_memos`` (the clients' client-side
+caches, torch-saved, for checkpoints).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import mmap
 import os
 import pickle
+import signal
 import socket
 import subprocess
 import sys
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from benchmark.federation.client_errors import error_class
 from benchmark.federation.clients import ClientBatch, ClientData, client_scope, seeded_rngs
-from benchmark.federation.costs import count_payload
 from benchmark.federation.recompute import load_job
 from benchmark.isolation import wire
+from benchmark.isolation.bounds import RequestBounds
 from benchmark.isolation.sandbox import Policy, sandbox_environment
 from benchmark.privacy.errors import PrivacyError
 
@@ -54,6 +69,15 @@ SHARED_BLOCK_BYTES = 1 << 25  # ... and come out of it in blocks of about this s
 
 class ClientFunctionError(PrivacyError):
     """A client-side function raised: the run stops (a raise is itself an unnoised signal)."""
+
+
+# The one refusal for any answer of the worker that is not rows of the announced form: the
+# worker runs client code, so how it failed (a crash, an exit code, a malformed or oversized
+# message, its size or dtype) is not described.
+MALFORMED = (
+    "the client worker ended or answered out of protocol; the run stops (how it failed is "
+    "not reported: client code controls it)"
+)
 
 
 NO_LOCAL_CLIENTS = (
@@ -72,34 +96,62 @@ class ClientProcess:
         policy: Policy | None,
         threads: int,
         tmp_dir: Path,
+        log: Path | None = None,
+        bounds: RequestBounds | None = None,
     ) -> None:
         ours, theirs = wire.stream_pair()
         self._rows_fd = os.memfd_create("fedsynth-rows", os.MFD_CLOEXEC)
         sandbox = sandbox_environment(policy, tmp_dir) if policy else {}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", LAUNCH, "client", str(theirs.fileno()), str(self._rows_fd)],
-            pass_fds=(theirs.fileno(), self._rows_fd),
-            stdin=subprocess.DEVNULL,
-            env={**child_env(), **sandbox},
-        )
+        self.bounds = bounds or RequestBounds.from_environment()
+        with private_log(log) as output:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", LAUNCH, "client", str(theirs.fileno()), str(self._rows_fd)],
+                pass_fds=(theirs.fileno(), self._rows_fd),
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+                env={**child_env(), **sandbox},
+                process_group=0,  # stopped and continued as a whole
+            )
         theirs.close()
         self._sock = ours
         self._stream = ours.makefile("rwb")
         init = {"op": "init", "threads": threads}
         wire.send(self._stream, init, json.dumps(clients).encode())
-        self.payload_counts = (0, 0)
+        self.payload_counts = (0, 0)  # declared by the method side for each call (coordinator)
+
+    def _request(self, header: dict[str, Any], *blobs: bytes) -> None:
+        """Wake the worker and send it a request; its answers are read with a deadline."""
+        self._signal(signal.SIGCONT)
+        self._sock.settimeout(self.bounds.call_seconds)
+        wire.send(self._stream, header, *blobs)
 
     def _answer(self) -> wire.Message:
+        """The worker's next answer; any failure is one of two fixed refusals (a raise, by
+        its built-in class; anything else, :data:`MALFORMED`), or the time bound's."""
         try:
-            header, blobs = wire.recv(self._stream)
-        except wire.ChannelClosed as exc:
-            raise ClientFunctionError(f"the client worker ended: {exc}") from exc
+            header, blobs = wire.recv(self._stream, self.bounds.message_bytes)
+        except TimeoutError:
+            self._signal(signal.SIGKILL)
+            raise ClientFunctionError(
+                f"the client side took longer than the harness's bound of "
+                f"{self.bounds.call_seconds:,} s for one pool call (call_seconds); the run "
+                "stops. An operator can raise it with FEDSYNTH_BOUND_CALL_SECONDS"
+            ) from None
+        except (wire.ChannelClosed, OSError):
+            raise ClientFunctionError(MALFORMED) from None
+        if "error" in header or header.get("done"):
+            self._signal(signal.SIGSTOP)  # idle until the next request
         if "error" in header:
             raise ClientFunctionError(
-                f"a client-side function raised {_name(header['error'])}; the run stops "
+                f"a client-side function raised {error_class(header['error'])}; the run stops "
                 "(exceptions and their messages never reach the server)"
             )
         return header, blobs
+
+    def _signal(self, number: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, number)
 
     def rows(
         self, job: bytes, indices: list[int], seeds: list[int], batched: bool
@@ -107,16 +159,17 @@ class ClientProcess:
         """The rows as the worker computes them (the pool counts and checks them); sets
         :attr:`payload_counts` once the worker is done."""
         request = {"op": "rows", "indices": indices, "seeds": seeds, "batched": batched}
-        wire.send(self._stream, request, job)
+        self._request(request, job)
         while True:
             header, blobs = self._answer()
             if header.get("done"):
-                self.payload_counts = (int(header["floats"]), int(header["texts"]))
                 return
             if header.get("shared"):
                 yield from self._shared_rows(header)
-            else:
+            elif len(blobs) == 1:
                 yield wire.array_from(blobs[0])
+            else:
+                raise ClientFunctionError(MALFORMED)
 
     def _shared_rows(self, header: dict[str, Any]) -> Iterator[np.ndarray]:
         """A batched call's rows, written by the worker into the shared memory file: numbers
@@ -124,17 +177,18 @@ class ClientProcess:
         a copy (the worker could still write there), so the pool clips and sums one block
         while the next is still in the file, never holding all of them at once."""
         try:
-            dtype, shape = np.dtype(str(header["dtype"])), tuple(int(n) for n in header["shape"])
-        except (TypeError, ValueError, KeyError) as exc:
-            raise PrivacyError(f"the client worker announced malformed rows ({exc})") from exc
+            dtype = np.dtype(str(header["dtype"]))
+            shape = tuple(int(n) for n in header["shape"])
+        except (TypeError, ValueError, KeyError):
+            raise ClientFunctionError(MALFORMED) from None
         if dtype.kind not in "fiu" or len(shape) != 2 or min(shape) < 0:
             raise PrivacyError("client-side functions must return numbers, one row per client")
         size = shape[0] * shape[1] * dtype.itemsize
         if size == 0:
             yield np.zeros(shape, dtype)
             return
-        if os.fstat(self._rows_fd).st_size < size:
-            raise PrivacyError("the client worker announced more rows than it wrote")
+        if size > self.bounds.message_bytes or os.fstat(self._rows_fd).st_size < size:
+            raise ClientFunctionError(MALFORMED)
         step = max(1, SHARED_BLOCK_BYTES // (shape[1] * dtype.itemsize))
         with mmap.mmap(self._rows_fd, size, prot=mmap.PROT_READ) as view:
             rows = np.frombuffer(view, dtype, shape[0] * shape[1]).reshape(shape)
@@ -146,8 +200,15 @@ class ClientProcess:
 
     def run_all(self, job: bytes) -> bytes:
         """The cloudpickled result of a centralized job, unopened (for the method process)."""
-        wire.send(self._stream, {"op": "all"}, job)
-        return self._answer()[1][0]
+        self._request({"op": "all"}, job)
+        return self._blob()
+
+    def _blob(self) -> bytes:
+        """The one blob of a ``done`` answer."""
+        blobs = self._answer()[1]
+        if len(blobs) != 1:
+            raise ClientFunctionError(MALFORMED)
+        return blobs[0]
 
     def local_clients(self) -> list[Any]:
         raise PrivacyError(NO_LOCAL_CLIENTS)
@@ -156,14 +217,15 @@ class ClientProcess:
         """The clients' memos as a byte tensor (a checkpoint stores it unopened)."""
         import torch
 
-        wire.send(self._stream, {"op": "memos"})
-        return torch.frombuffer(bytearray(self._answer()[1][0]), dtype=torch.uint8)
+        self._request({"op": "memos"})
+        return torch.frombuffer(bytearray(self._blob()), dtype=torch.uint8)
 
     def load_memos(self, state: Any) -> None:
-        wire.send(self._stream, {"op": "load_memos"}, state.numpy().tobytes())
+        self._request({"op": "load_memos"}, state.numpy().tobytes())
         self._answer()
 
     def close(self) -> None:
+        self._signal(signal.SIGCONT)  # a stopped worker cannot see its input end
         self._stream.close()
         self._sock.close()
         os.close(self._rows_fd)
@@ -197,9 +259,22 @@ def child_env() -> dict[str, str]:
     return {**keep, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.pathsep.join(paths)}
 
 
-def _name(value: object) -> str:
-    text = str(value)
-    return text if text.isidentifier() and len(text) <= 64 else "an exception"
+PRIVATE_LOG = "client_private.log"  # in the run directory: the client worker's output
+
+
+@contextlib.contextmanager
+def private_log(path: Path | None) -> Iterator[Any]:
+    """Where a client worker's stdout and stderr go: ``path``, created readable by this
+    user only and appended to, else nowhere. Client code writes them, so they may hold
+    private text; they never go to the operator's terminal."""
+    if path is None:
+        yield subprocess.DEVNULL
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
 
 
 # --- worker side ---------------------------------------------------------------------------
@@ -224,7 +299,6 @@ def _rows(
     clients: list[ClientData], header: dict[str, Any], job: bytes, stream: Any, shared_fd: int
 ) -> None:
     fn, payload = load_job(bytearray(job))
-    floats, texts = count_payload(payload)
     indices, seeds = header["indices"], header["seeds"]
     with client_scope():
         if header["batched"]:
@@ -237,7 +311,7 @@ def _rows(
                 with seeded_rngs(seed):
                     row = np.asarray(fn(clients[i], payload))
                 wire.send(stream, {}, wire.array_bytes(row[None]))
-    wire.send(stream, {"done": True, "floats": floats, "texts": texts})
+    wire.send(stream, {"done": True})
 
 
 def pack_memos(memos: list[Any]) -> bytes:
@@ -313,4 +387,5 @@ def main(fd: int, shared_fd: int) -> None:
         try:
             _serve(clients, request, job, stream, shared_fd)
         except Exception as exc:
+            traceback.print_exc()  # to the private client log, for the operator
             wire.send(stream, {"error": type(exc).__name__})

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from benchmark.isolation.client_process import (
+    MALFORMED,
     NO_LOCAL_CLIENTS,
     ClientFunctionError,
     ClientProcess,
@@ -39,20 +40,24 @@ from benchmark.isolation.client_process import (
 from benchmark.isolation.sandbox import Policy
 from benchmark.privacy.errors import PrivacyError
 
+END = ()  # what a host streams after a call's rows
+
 
 class _ShardHost:
     """One actor: a client worker of its range of clients (indices local to the range)."""
 
-    def __init__(self, clients: list[Any], policy: Policy, threads: int, tmp: str) -> None:
-        self.worker = ClientProcess(clients, policy, threads, Path(tmp))
+    def __init__(
+        self, clients: list[Any], policy: Policy, threads: int, tmp: str, log: str | None
+    ) -> None:
+        self.worker = ClientProcess(clients, policy, threads, Path(tmp), _path(log))
 
     def rows(
         self, job: bytes, indices: list[int], seeds: list[int], batched: bool
     ) -> Iterator[Any]:
         """Streamed: the rows (a batched call's in the worker's blocks) as the worker
-        computes them, then its payload counts."""
+        computes them, then :data:`END`."""
         yield from self.worker.rows(job, indices, seeds, batched)  # a generator: Ray sends
-        yield self.worker.payload_counts
+        yield END
 
     def memos(self) -> bytes:
         return self.worker.memos().numpy().tobytes()
@@ -80,22 +85,29 @@ class ShardedClients:
     """The pool's client executor over ``actors`` Ray actors (see the module docstring)."""
 
     def __init__(
-        self, clients: list[Any], policy: Policy, threads: int, tmp: Path, actors: int
+        self,
+        clients: list[Any],
+        policy: Policy,
+        threads: int,
+        tmp: Path,
+        actors: int,
+        log: Path | None = None,
     ) -> None:
         import ray
 
         join_ray()
         self._clients, self._policy, self._threads, self._tmp = clients, policy, threads, tmp
+        self._log = log
         self._starts = [
             int(r[0]) for r in np.array_split(np.arange(len(clients)), actors) if len(r)
         ]
         ends = [*self._starts[1:], len(clients)]
         host = ray.remote(num_cpus=1, max_restarts=0)(_ShardHost)
         self._hosts = [
-            host.remote(clients[a:b], policy, threads, str(tmp))
+            host.remote(clients[a:b], policy, threads, str(tmp), _text(log))
             for a, b in zip(self._starts, ends, strict=True)
         ]
-        self.payload_counts = (0, 0)
+        self.payload_counts = (0, 0)  # declared by the method side for each call (coordinator)
 
     def _host_of(self, index: int) -> int:
         return int(np.searchsorted(self._starts, index, side="right")) - 1
@@ -130,14 +142,12 @@ class ShardedClients:
         else:
             for index in indices:
                 yield _next(streams[self._host_of(index)])
-        counts = [_next(stream) for stream in streams.values()]
-        if not all(isinstance(c, tuple) for c in counts):
+        if not all(_is_end(_next(stream)) for stream in streams.values()):
             raise PrivacyError("the client side sent more rows than clients")
-        self.payload_counts = tuple(max((c[k] for c in counts), default=0) for k in (0, 1))
 
     def run_all(self, job: bytes) -> bytes:
         """The ε = ∞ bound's centralised job, in a local worker holding every client."""
-        worker = ClientProcess(self._clients, self._policy, self._threads, self._tmp)
+        worker = ClientProcess(self._clients, self._policy, self._threads, self._tmp, self._log)
         try:
             return worker.run_all(job)
         finally:
@@ -151,7 +161,10 @@ class ShardedClients:
         import torch
 
         blobs = _get([h.memos.remote() for h in self._hosts])
-        memos = [memo for blob in blobs for memo in unpack_memos(blob)]
+        try:
+            memos = [memo for blob in blobs for memo in unpack_memos(blob)]
+        except Exception:  # the loader's message quotes what client code put there
+            raise ClientFunctionError(MALFORMED) from None
         return torch.frombuffer(bytearray(pack_memos(memos)), dtype=torch.uint8)
 
     def load_memos(self, state: Any) -> None:
@@ -182,7 +195,7 @@ def merge_blocks(
     through without a copy). Only each host's current block and the pieces being gathered
     are held, never the whole call; a host that sends a malformed or non-numeric block, or
     more or fewer rows than its positions, is refused. Nothing is read from a host's
-    stream past its rows (its payload counts come next)."""
+    stream past its rows (:data:`END` comes next)."""
     owner = np.empty(count, dtype=np.intp)
     for h, positions in parts.items():
         owner[positions] = h
@@ -223,7 +236,7 @@ class _BlockReader:
         """Up to ``n`` of the next rows (fewer at the end of the current block)."""
         if self.at == len(self.block):
             block = next(self.blocks, None)
-            if not isinstance(block, np.ndarray):  # the payload counts, or nothing
+            if not isinstance(block, np.ndarray):  # END, or nothing
                 raise PrivacyError("the client side sent fewer rows than clients")
             if block.ndim != 2 or not len(block) or block.dtype.kind not in "fiu":
                 raise PrivacyError("client-side function must give one 1-D vector per client")
@@ -234,6 +247,18 @@ class _BlockReader:
         self.at += len(piece)
         self.owed -= len(piece)
         return piece
+
+
+def _is_end(item: Any) -> bool:
+    return isinstance(item, tuple) and item == END
+
+
+def _text(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
+def _path(text: str | None) -> Path | None:
+    return None if text is None else Path(text)
 
 
 def _next(stream: Iterator[Any]) -> Any:

@@ -18,13 +18,15 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmark.federation.pool import ClientPool
 from benchmark.isolation import wire
-from benchmark.isolation.client_process import LAUNCH, child_env
+from benchmark.isolation.bounds import RequestBoundError, RequestBounds
+from benchmark.isolation.client_process import LAUNCH, PRIVATE_LOG, ClientFunctionError, child_env
 from benchmark.isolation.sandbox import Policy, interpreter_paths, sandbox_environment
 from benchmark.privacy.errors import PrivacyError
 
@@ -35,6 +37,10 @@ class MethodError(RuntimeError):
 
 # Pool operations that run a client-side job and answer with one array.
 ARRAY_OPS = ("laplace_aggregate", "dp_pca", "dp_logistic_sgd")
+# Operations that hold every unit's row (num_clients x dim) in the coordinator.
+ROW_OPS = ("laplace_aggregate", "dp_pca", "dp_logistic_sgd", "define_partition")
+# Operations that carry a client-side job, with the payload counts the method side declares.
+JOB_OPS = ("aggregate", "local_gaussian", "tree_step", "define_partition", *ARRAY_OPS)
 
 
 def _error_types() -> dict[str, Callable[[str], Exception]]:
@@ -90,6 +96,8 @@ class MethodProcess:
         pool: ClientPool | None,
         policy: Policy,
         tmp_dir: Path,
+        clients: Any = None,
+        bounds: RequestBounds | None = None,
     ) -> None:
         ours, theirs = wire.stream_pair()
         self.proc = subprocess.Popen(
@@ -102,13 +110,22 @@ class MethodProcess:
         self._sock = ours
         self._stream = ours.makefile("rwb")
         self._pool = pool
+        self._clients = clients  # the pool's client executor: told each call's payload counts
+        self.bounds = bounds or RequestBounds.from_environment()
+        self.served_seconds = 0.0  # spent serving pool calls (not the method's own time)
         wire.send(self._stream, init, *blobs)
 
     def answer(self) -> wire.Message:
         """The next answer, serving pool calls before it."""
         while True:
             try:
-                header, blobs = wire.recv(self._stream)
+                header, blobs = wire.recv(self._stream, self.bounds.message_bytes)
+            except wire.MessageTooLarge:
+                raise RequestBoundError(
+                    "a message from the method process exceeds the harness's bound of "
+                    f"{self.bounds.message_bytes:,} bytes (message_bytes); it was refused "
+                    "unread. An operator can raise it with FEDSYNTH_BOUND_MESSAGE_BYTES"
+                ) from None
             except wire.ChannelClosed as exc:
                 raise MethodError(f"the method process ended without answering ({exc})") from exc
             if "failed" in header:
@@ -119,7 +136,10 @@ class MethodProcess:
                 raise kind(message)
             if header.get("done"):
                 return header, blobs
-            wire.send(self._stream, *self._serve(header, blobs))
+            began = time.perf_counter()
+            answer = self._serve(header, blobs)
+            self.served_seconds += time.perf_counter() - began
+            wire.send(self._stream, *answer)
 
     def request(self, header: dict[str, Any], *blobs: bytes) -> wire.Message:
         wire.send(self._stream, header, *blobs)
@@ -129,37 +149,73 @@ class MethodProcess:
         pool, op, args = self._pool, header.get("op"), header.get("args")
         if pool is None or not isinstance(args, dict):
             raise PrivacyError(f"the method process sent a malformed request ({op!r})")
-        job = blobs[0] if blobs else b""
+        job, what = (blobs[0] if blobs else b""), _call_name(args)
         try:
-            if op in ("aggregate", "local_gaussian"):  # both answer with an Aggregate
-                aggregate = getattr(pool, op)(job, None, **args)
-                noisy = wire.array_bytes(aggregate.noisy_sum)
-                return {"expected_count": aggregate.expected_count}, noisy
-            if op in ARRAY_OPS:
-                return {}, wire.array_bytes(getattr(pool, op)(job, None, **args))
-            if op == "part_sizes":
-                return {}, wire.array_bytes(pool.part_sizes(args.pop("partition"), **args))
-            if op == "define_partition":
-                pool.define_partition(args.pop("name"), job, None, **args)
-                return {}, b""
-            if op == "tree_step":
-                prefix = pool.tree_step(args["name"], job, None, batched=args["batched"])
-                return {}, wire.array_bytes(prefix)
-            if op == "open_tree":
-                return {"leaves": pool.open_tree(args.pop("name"), **args)}, b""
-            if op == "centralized":
-                return {}, pool.centralized(job, label=args["label"])
-            if op == "strong_clients":
-                return {"clients": pool.strong_clients()}, b""
-            if op == "define_group":
-                pool.define_group(args["name"], args["clients"])
-                return {}, b""
-            if op in ("local_dp_finetune", "dp_preference_finetune"):  # weights in, weights out
-                from benchmark.runner import load_state_blob
-
-                return {}, tensors_blob(getattr(pool, op)(load_state_blob(job), **args))
+            self._check_bounds(op, args, pool.num_clients)
+            if op in JOB_OPS:
+                self._declare(args.pop("payload_counts", None))
+            return self._call(pool, op, args, job)
+        except ClientFunctionError as exc:  # fixed text, named by the call the method made
+            raise ClientFunctionError(f"pool.{op} ({what}): {exc}") from None
         except (TypeError, KeyError) as exc:
             raise PrivacyError(f"pool.{op}: malformed arguments ({exc})") from exc
+
+    def _check_bounds(self, op: Any, args: dict[str, Any], num_clients: int) -> None:
+        """Refuse a call whose memory the method sets (a release's dimension, every unit's
+        rows, DP-PCA's covariance) beyond :class:`RequestBounds`, before any work."""
+        dim = args.get("dim")
+        if type(dim) is not int:
+            return  # the pool refuses what is not a whole number
+        self.bounds.check("release_dim", dim, f"pool.{op}: dim")
+        if op in ROW_OPS:
+            self.bounds.check("held_floats", num_clients * dim, f"pool.{op}: units x dim")
+        if op == "dp_pca":
+            self.bounds.check("held_floats", dim * dim, "pool.dp_pca: dim x dim")
+
+    def _declare(self, counts: Any) -> None:
+        """Tell the client executor what one client downloads (floats, texts) for this call:
+        the method side counts its own payload (public data; a client worker, which runs
+        client code, is never asked); the records publish it."""
+        if not (
+            isinstance(counts, list)
+            and len(counts) == 2
+            and all(type(n) is int and 0 <= n < 2**53 for n in counts)
+        ):
+            raise PrivacyError("the method process sent malformed payload counts")
+        if self._clients is not None:
+            self._clients.payload_counts = (counts[0], counts[1])
+
+    def _call(
+        self, pool: ClientPool, op: Any, args: dict[str, Any], job: bytes
+    ) -> tuple[dict[str, Any], bytes]:
+        """The pool's answer to one call, as a header and a blob."""
+        if op in ("aggregate", "local_gaussian"):  # both answer with an Aggregate
+            aggregate = getattr(pool, op)(job, None, **args)
+            noisy = wire.array_bytes(aggregate.noisy_sum)
+            return {"expected_count": aggregate.expected_count}, noisy
+        if op in ARRAY_OPS:
+            return {}, wire.array_bytes(getattr(pool, op)(job, None, **args))
+        if op == "part_sizes":
+            return {}, wire.array_bytes(pool.part_sizes(args.pop("partition"), **args))
+        if op == "define_partition":
+            pool.define_partition(args.pop("name"), job, None, **args)
+            return {}, b""
+        if op == "tree_step":
+            prefix = pool.tree_step(args["name"], job, None, batched=args["batched"])
+            return {}, wire.array_bytes(prefix)
+        if op == "open_tree":
+            return {"leaves": pool.open_tree(args.pop("name"), **args)}, b""
+        if op == "centralized":
+            return {}, pool.centralized(job, label=args["label"])
+        if op == "strong_clients":
+            return {"clients": pool.strong_clients()}, b""
+        if op == "define_group":
+            pool.define_group(args["name"], args["clients"])
+            return {}, b""
+        if op in ("local_dp_finetune", "dp_preference_finetune"):  # weights in, weights out
+            from benchmark.runner import load_state_blob
+
+            return {}, tensors_blob(getattr(pool, op)(load_state_blob(job), **args))
         raise PrivacyError(f"the pool has no operation {op!r}")
 
     def close(self) -> None:
@@ -170,6 +226,12 @@ class MethodProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def _call_name(args: dict[str, Any]) -> str:
+    """The call's label or tree name, as the method gave it (public), shortened."""
+    name = args.get("label", args.get("name"))
+    return f"label {str(name)[:80]!r}" if name is not None else "no label"
 
 
 def tensors_blob(tensors: dict[str, Any]) -> bytes:
@@ -242,8 +304,16 @@ class RemoteMethod:
         return self._rounds
 
     def cache_requests(self) -> Any:
-        """As the method sent them: the trusted side checks them before building any."""
-        return self._process.request({"op": "caches"})[0]["requests"]
+        """As the method sent them, within :class:`RequestBounds` (how many, how many
+        texts and new tokens they ask the generator for); the trusted side checks every
+        field before building any (``candidate_corpus.build_requested``)."""
+        requests = self._process.request({"op": "caches"})[0]["requests"]
+        check_cache_requests(requests, self._process.bounds)
+        return requests
+
+    def pool_seconds(self) -> float:
+        """Seconds the coordinator has spent serving this process's pool calls."""
+        return self._process.served_seconds
 
     def setup(self) -> Any:
         return _as_tensor(self._process.request({"op": "setup"})[1][0])
@@ -270,6 +340,28 @@ class RemoteMethod:
 
     def close(self) -> None:
         self._process.close()
+
+
+def check_cache_requests(requests: Any, bounds: RequestBounds) -> None:
+    """Refuse cache requests that would cost the coordinator more than ``bounds`` allow:
+    their number, the texts they ask for (prompts x count) and the new tokens they allow
+    (texts x max_new_tokens, the time the generator spends). Fields that are not plain
+    data are left to ``build_requested``, which refuses them."""
+    if not isinstance(requests, list):
+        return
+    bounds.check("cache_requests", len(requests), "cache requests")
+    texts = tokens = 0
+    for request in requests:
+        if not isinstance(request, dict):
+            continue
+        prompts, count, params = (request.get(k) for k in ("prompts", "count", "params"))
+        if isinstance(prompts, list) and type(count) is int and isinstance(params, list):
+            asked = len(prompts) * max(count, 0)
+            texts += asked
+            if params and type(params[0]) is int:
+                tokens += asked * max(params[0], 0)
+    bounds.check("cache_texts", texts, "cache requests: prompts x count")
+    bounds.check("cache_tokens", tokens, "cache requests: prompts x count x max_new_tokens")
 
 
 _WARM_PROFILES: set[str] = set()  # profiles whose caches this process has built
@@ -344,13 +436,16 @@ class IsolatedLaunch:
         shards = [units[cid] for cid in sorted(units)]
         tmp = run_dir / "client_tmp"  # the client side's scratch; no other domain reads it
         tmp.mkdir(exist_ok=True)
+        log = run_dir / PRIVATE_LOG  # its output: client code writes it (coordinator only)
         policy = policy_for(self.code, [tmp])
         if self.client_actors > 0:
             from benchmark.isolation.client_shards import ShardedClients
 
-            self._worker = ShardedClients(shards, policy, self.threads, tmp, self.client_actors)
+            self._worker = ShardedClients(
+                shards, policy, self.threads, tmp, self.client_actors, log
+            )
         else:
-            self._worker = ClientProcess(shards, policy, self.threads, tmp)
+            self._worker = ClientProcess(shards, policy, self.threads, tmp, log)
         command = [sys.executable, "-m", LAUNCH, "zygote"]
         set_zygote_launch((command, {**child_env(), **sandbox_environment(policy, tmp)}))
         return self._worker
@@ -378,7 +473,9 @@ class IsolatedLaunch:
         policy = policy_for(self.code, [work_dir, quarantine])
         public = json.dumps(self.split.records("public")).encode()
         validation = json.dumps(self.split.records("validation")).encode()
-        process = MethodProcess(init, [public, validation, *blobs], pool, policy, tmp)
+        process = MethodProcess(
+            init, [public, validation, *blobs], pool, policy, tmp, clients=self._worker
+        )
         return RemoteMethod(process, work_dir)
 
     def close(self) -> None:

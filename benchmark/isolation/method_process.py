@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmark.federation.costs import count_payload
 from benchmark.federation.pool import Aggregate, ServerAccessError
 from benchmark.isolation import wire
 from benchmark.privacy.errors import PrivacyError
@@ -85,8 +86,17 @@ class PoolProxy:
         args |= {"sample_rate": sample_rate, "label": label, "batched": batched}
         return self._aggregate("aggregate", args, client_fn, payload)
 
+    def _job_call(
+        self, op: str, args: dict[str, Any], client_fn: Any, payload: Any
+    ) -> wire.Message:
+        """A call that runs ``client_fn`` on the clients: the job, and what one client
+        downloads (counted here, from the payload the method made: the client worker, which
+        runs client code, is never asked)."""
+        counts = list(count_payload(payload))
+        return self._call(op, {**args, "payload_counts": counts}, _job(client_fn, payload))
+
     def _aggregate(self, op: str, args: dict[str, Any], client_fn: Any, payload: Any) -> Aggregate:
-        header, blobs = self._call(op, args, _job(client_fn, payload))
+        header, blobs = self._job_call(op, args, client_fn, payload)
         return Aggregate(wire.array_from(blobs[0]), float(header["expected_count"]))
 
     def open_tree(
@@ -107,7 +117,7 @@ class PoolProxy:
         self, name: str, client_fn: Any, payload: Any = None, batched: bool = False
     ) -> np.ndarray:
         args = {"name": name, "batched": batched}
-        return wire.array_from(self._call("tree_step", args, _job(client_fn, payload))[1][0])
+        return wire.array_from(self._job_call("tree_step", args, client_fn, payload)[1][0])
 
     def centralized(self, train_fn: Any, *, label: str) -> Any:
         import cloudpickle
@@ -160,7 +170,7 @@ class PoolProxy:
     def define_partition(
         self, name: str, client_fn: Any, payload: Any = None, **kwargs: Any
     ) -> None:
-        self._call("define_partition", {**kwargs, "name": name}, _job(client_fn, payload))
+        self._job_call("define_partition", {**kwargs, "name": name}, client_fn, payload)
 
     def part_sizes(self, partition: str, **kwargs: Any) -> Any:
         return wire.array_from(self._call("part_sizes", {**kwargs, "partition": partition})[1][0])
@@ -171,7 +181,7 @@ class PoolProxy:
 
     def _array(self, op: str, args: dict[str, Any], client_fn: Any, payload: Any) -> Any:
         """An operation whose answer is one array (checked by the pool's own signature)."""
-        return wire.array_from(self._call(op, args, _job(client_fn, payload))[1][0])
+        return wire.array_from(self._job_call(op, args, client_fn, payload)[1][0])
 
     def dp_sgd(self, *args: Any, **kwargs: Any) -> Any:
         raise PrivacyError(

@@ -12,11 +12,12 @@ from __future__ import annotations
 import io
 import json
 import socket
+import struct
 from typing import Any, BinaryIO
 
 import numpy as np
 
-from benchmark.federation.recompute import read_frame, write_frame
+from benchmark.federation.recompute import write_frame
 from benchmark.privacy.errors import PrivacyError
 
 Message = tuple[dict[str, Any], list[bytes]]
@@ -26,15 +27,37 @@ class ChannelClosed(ConnectionError):
     """The other process ended (or sent a broken message) before answering."""
 
 
+class MessageTooLarge(ChannelClosed):
+    """The other process announced a message larger than the reader allows (its size is
+    not repeated: the sender chose it)."""
+
+
+_LENGTH = struct.Struct("<Q")  # a frame's length prefix (recompute.write_frame's)
+
+
 def send(stream: BinaryIO, header: dict[str, Any], *blobs: bytes) -> None:
     write_frame(stream, json.dumps({**header, "blobs": len(blobs)}).encode())
     for blob in blobs:
         write_frame(stream, blob)
 
 
-def recv(stream: BinaryIO) -> Message:
-    """The next message; :class:`ChannelClosed` at end of input or on a malformed one."""
-    body = read_frame(stream)
+def _frame(stream: BinaryIO, left: int | None) -> bytes | None:
+    """The next frame's body (None at end of input), refused before it is read when its
+    announced length exceeds ``left`` bytes."""
+    head = stream.read(_LENGTH.size)
+    if len(head) < _LENGTH.size:
+        return None
+    (size,) = _LENGTH.unpack(head)
+    if left is not None and size > left:
+        raise MessageTooLarge("the other process sent a message larger than allowed")
+    body = stream.read(size)
+    return body if len(body) == size else None
+
+
+def recv(stream: BinaryIO, limit: int | None = None) -> Message:
+    """The next message; :class:`ChannelClosed` at end of input or on a malformed one,
+    :class:`MessageTooLarge` when it would exceed ``limit`` bytes (header and blobs)."""
+    body = _frame(stream, limit)
     if body is None:
         raise ChannelClosed("the other process closed the channel")
     try:
@@ -43,8 +66,11 @@ def recv(stream: BinaryIO) -> Message:
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise ChannelClosed(f"malformed message header ({type(exc).__name__})") from exc
     blobs = []
+    left = None if limit is None else limit - len(body)
     for _ in range(count):
-        blob = read_frame(stream)
+        blob = _frame(stream, left)
+        if left is not None and blob is not None:
+            left -= _LENGTH.size + len(blob)  # empty frames count too
         if blob is None:
             raise ChannelClosed("the other process closed the channel mid-message")
         blobs.append(blob)
@@ -61,10 +87,10 @@ def array_from(blob: bytes) -> np.ndarray:
     """An array sent by another domain: numbers only, never a pickle."""
     try:
         return np.load(io.BytesIO(blob), allow_pickle=False)
-    except ValueError as exc:  # object arrays need pickle: not numbers
-        raise PrivacyError(
+    except Exception:  # object arrays need pickle: not numbers; nor are other bytes
+        raise PrivacyError(  # numpy's message quotes the bytes: not chained
             "client-side functions must return numbers: raw data never leaves a client"
-        ) from exc
+        ) from None
 
 
 def stream_pair() -> tuple[socket.socket, socket.socket]:

@@ -1,0 +1,205 @@
+"""Issue 33, classes 5 and 11: nothing but its clipped, noised row leaves client code.
+
+Each adversary in ``tests/adversaries.py`` encodes the first letter of its client's private
+text in a side output (an exception's class or text, an exit code, its running time, the
+worker's own reports, a row's shape or dtype, its prints). Each runs on the isolated path
+over two splits that differ only in that letter ('v' or 'w', same lengths): what the method
+receives, what the record holds and what the operator's log shows must be the same, or
+the run refused with the same fixed words. Requests that would cost the trusted side
+unbounded memory or time are refused before any work.
+"""
+
+import json
+import traceback
+
+import adversaries  # noqa: F401  (registers the adversarial adapters)
+import pytest
+from doubles import StubProfile
+
+from benchmark.data import FederatedSplit
+from benchmark.federation.client_errors import error_class
+from benchmark.federation.costs import CostCounters
+from benchmark.isolation.bounds import RequestBoundError, RequestBounds
+from benchmark.isolation.client_process import PRIVATE_LOG, ClientFunctionError
+from benchmark.privacy.errors import PrivacyError
+from benchmark.runner import run
+from benchmark.spec import spec_from_dict
+
+pytestmark = pytest.mark.end_to_end  # scheduled first (tests/conftest.py)
+
+SEEDED = {"noise_seed": "spec", "guarantee": "simulated"}
+
+
+def split_with(letter):
+    """The toy split of tests/doubles.py with every private text starting with ``letter``."""
+    records = [
+        {"text": f"{letter}erse {i} " * (1 + i % 5), "client_id": f"c{i % 10}"} for i in range(40)
+    ]
+    return FederatedSplit(
+        "toy",
+        {"version": "v-test", "content_hash": "abc"},
+        {"train": records, "validation": [], "test": [], "public": []},
+    )
+
+
+def texts_of(split):
+    return [r["text"].strip() for r in split.records("train")]
+
+
+def spec(method):
+    return spec_from_dict(
+        {
+            "split": {"path": "unused"},
+            "method": {"name": method, "params": {}},
+            "privacy": {"epsilon": 2.0, "delta": 1e-5, **SEEDED},
+            "seed": 5,
+        }
+    )
+
+
+def go(runs, method, letter):
+    return run(
+        spec(method), runs_root=runs, profile=StubProfile(), split=split_with(letter), isolated=True
+    )
+
+
+def refusal(runs, method, letter, kind=PrivacyError):
+    """The refusal's message and everything the operator's log would show of it."""
+    with pytest.raises(kind) as caught:
+        go(runs / letter, method, letter)
+    return str(caught.value), "".join(traceback.format_exception(caught.value))
+
+
+def visible(result):
+    """What a run publishes and the method released (timings apart: see below)."""
+    record = {k: result.record[k] for k in ("privacy", "metrics", "costs", "evaluation")}
+    return record, result.artifact.texts
+
+
+def assert_says_nothing(both, splits=("v", "w")):
+    (message_v, log_v), (message_w, log_w) = both
+    assert message_v == message_w
+    for letter in splits:
+        for text in texts_of(split_with(letter)):
+            assert text not in log_v and text not in log_w
+
+
+def pool_refusal(tmp_path, fn, letter, batched=False):
+    """What the coordinator's pool says when ``fn`` runs on the client worker of the
+    ``letter`` split (the isolated path below the method process: the job as a method
+    process sends it, the real worker, the real pool)."""
+    from benchmark.federation.pool import ClientPool
+    from benchmark.federation.recompute import snapshot
+    from benchmark.isolation.client_process import ClientProcess
+    from benchmark.privacy.ledger import PrivacyLedger
+    from benchmark.runner import privacy_units
+
+    units = privacy_units(split_with(letter), "user")
+    where = tmp_path / letter
+    where.mkdir()
+    worker = ClientProcess([units[c] for c in sorted(units)], None, 1, where, where / PRIVATE_LOG)
+    pool = ClientPool(units, ledger=PrivacyLedger(), seed=5, executor=worker)
+    try:
+        with pytest.raises(PrivacyError) as caught:
+            pool.aggregate(
+                snapshot(fn, None), None, dim=1, clip_norm=1.0, noise_multiplier=1.0,
+                label="r", batched=batched,
+            )  # fmt: skip
+    finally:
+        worker.close()
+    return str(caught.value), "".join(traceback.format_exception(caught.value))
+
+
+@pytest.mark.parametrize(
+    "fn, batched, words",
+    [
+        (adversaries.raise_named_after_text, False, "raised an exception; the run stops"),
+        (adversaries.raise_with_text, False, "raised ValueError; the run stops"),
+        (adversaries.exit_with_letter, False, "ended or answered out of protocol"),
+        (adversaries.shape_by_letter, False, "must have the declared dim 1"),
+        (adversaries.dtype_named_after_text, True, "must return numbers"),
+    ],
+)
+def test_a_failing_client_function_says_the_same_whatever_its_data(tmp_path, fn, batched, words):
+    both = [pool_refusal(tmp_path, fn, letter, batched) for letter in "vw"]
+    assert_says_nothing(both)
+    assert words in both[0][0]
+    assert "leak_" not in both[0][1] and "erse" not in both[0][1]
+
+
+def test_the_error_names_the_call_the_method_made(tmp_path):
+    """Through the method process: the coordinator names the pool call and its label (the
+    method's own words), then the class; not the text, not a class named after it."""
+    message, log = refusal(tmp_path, "adv_error_class_name", "v", ClientFunctionError)
+    assert message.startswith("pool.aggregate (label 'r'): a client-side function raised an ")
+    assert "erse" not in log and "leak_" not in log
+
+
+def test_only_built_in_exception_classes_are_named():
+    assert error_class("PermissionError") == "PermissionError"
+    assert error_class("leak_verse_1") == "an exception"
+    assert error_class(["ValueError"]) == "an exception"
+
+
+def test_the_workers_own_reports_cannot_carry_data_into_the_record(tmp_path):
+    """Client code rewrites every header the worker sends (counts, seconds): the record's
+    costs are the honest method's, whatever the letter."""
+    honest = visible(go(tmp_path / "honest", "adversary_baseline", "v"))
+    for letter in "vw":
+        assert visible(go(tmp_path / letter, "adv_rewrite_reports", letter)) == honest
+
+
+def test_running_time_reaches_neither_the_costs_nor_the_methods_own_time(tmp_path):
+    """'w' makes every client call 0.5 s longer (10 clients, and 8 more recomputed alone):
+    the records agree, hold no client time, and the method's own time leaves it out."""
+    fast, slow = (go(tmp_path / letter, "adv_sleep_by_letter", letter) for letter in "vw")
+    assert visible(fast) == visible(slow)
+    assert not any("seconds" in key for key in slow.record["costs"])
+    assert slow.record["wall_seconds"] < 4.5  # the clients alone slept 9 s
+
+
+def test_prints_of_client_code_go_to_the_private_log_only(tmp_path, capfd):
+    result = go(tmp_path, "adv_prints", "v")
+    shown = capfd.readouterr()
+    assert "PRINTED" not in shown.out + shown.err
+    log = result.run_dir / PRIVATE_LOG
+    assert "PRINTED verse" in log.read_text()
+    assert log.stat().st_mode & 0o077 == 0
+    assert "PRINTED" not in json.dumps(result.record)
+
+
+def test_client_seconds_are_not_published():
+    counters = CostCounters()
+    counters.add(10.0, 3, 1, 4, seconds=2.5)
+    summary = counters.summary()
+    assert not any("seconds" in key for key in summary)
+    assert summary["floats_down_per_client_round"] == 3 and summary["releases"] == 1
+
+
+def test_a_flood_of_cache_requests_is_refused_before_any_generation(tmp_path):
+    with pytest.raises(RequestBoundError, match="1,280,000 exceeds .* 1,000,000 \\(cache_texts\\)"):
+        go(tmp_path, "adv_cache_flood", "v")
+
+
+def test_a_release_too_large_to_hold_is_refused_before_any_work(tmp_path):
+    with pytest.raises(RequestBoundError, match="pool.aggregate: dim: .* \\(release_dim\\)"):
+        go(tmp_path, "adv_huge_dim", "v")
+
+
+def test_a_message_over_the_operators_bound_is_refused_unread(tmp_path, monkeypatch):
+    monkeypatch.setenv("FEDSYNTH_BOUND_MESSAGE_BYTES", str(1 << 20))
+    with pytest.raises(RequestBoundError, match="FEDSYNTH_BOUND_MESSAGE_BYTES"):
+        go(tmp_path, "adv_big_payload", "v")
+    monkeypatch.setenv("FEDSYNTH_BOUND_MESSAGE_BYTES", str(8 << 20))
+    assert go(tmp_path / "raised", "adv_big_payload", "v").artifact.texts == ["nothing"]
+
+
+def test_bounds_are_read_from_the_coordinators_environment(monkeypatch):
+    monkeypatch.setenv("FEDSYNTH_BOUND_CACHE_TOKENS", "5")
+    bounds = RequestBounds.from_environment()
+    assert bounds.cache_tokens == 5 and bounds.cache_texts == RequestBounds().cache_texts
+    with pytest.raises(RequestBoundError, match="FEDSYNTH_BOUND_CACHE_TOKENS"):
+        bounds.check("cache_tokens", 6, "cache requests")
+    monkeypatch.setenv("FEDSYNTH_BOUND_CACHE_TOKENS", "many")
+    with pytest.raises(ValueError, match="whole number"):
+        RequestBounds.from_environment()
