@@ -5,6 +5,13 @@ ledger, counters), so starting the same spec again resumes where it stopped and 
 the same result as an uninterrupted run: all randomness is derived from the spec's seed
 and the round index, never from the process.
 
+A run that fails (any error: a budget refusal, a privacy error, a method's exception) is
+quarantined: its directory moves to ``runs/.quarantine/`` and the next run of the spec starts
+afresh, with a new secret seed, never reading the failed run's checkpoint, scratch or
+releases. Only a run whose process died (killed, interrupted) resumes. Every release a
+private run delivers is logged first (:mod:`benchmark.federation.release_log`), so the
+resumed method gets the values it was given, never a second draw of their noise.
+
 Run directories share a host with other submissions' runs, so nothing read back from them
 may run code: a checkpoint is loaded with ``weights_only=True`` (tensors, plain data and
 the few data-only types of :data:`CHECKPOINT_TYPES`), and a state that would not load that
@@ -35,10 +42,12 @@ from benchmark.federation.costs import CostCounters
 from benchmark.federation.local_dp_sgd import LocalLMTrainer
 from benchmark.federation.pool import INDEPENDENCE_CHECKS, ClientPool
 from benchmark.federation.quarantine import Diagnostics
+from benchmark.federation.release_log import ReleaseLog
 from benchmark.files import Busy, atomic_write, exclusive_lock
 from benchmark.instrument import instrument_section
 from benchmark.method import Method, MethodContext
-from benchmark.privacy.errors import BudgetExceededError
+from benchmark.privacy.budget import Budget
+from benchmark.privacy.errors import PrivacyError
 from benchmark.privacy.ledger import PrivacyLedger
 from benchmark.profiles.candidate_corpus import build_requested
 from benchmark.progress import progress
@@ -51,6 +60,8 @@ ARTIFACT = "artifact.json"
 RESULT = "result.json"
 POOL_SEED = "pool_seed.secret"
 LOCK = "run.lock"
+RELEASES = "releases"  # the release log (trusted state, like the checkpoint)
+QUARANTINE = ".quarantine"  # failed runs' directories, under the runs root
 CHECKPOINT_KEYS = ("run_key", "next_round", "method_state", "pool", "ledger", "elapsed")
 
 
@@ -163,19 +174,52 @@ def own_copy(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [dict(r) for r in records]
 
 
-def ledger_epsilon(ledger: PrivacyLedger, spec: RunSpec) -> float:
-    from benchmark.privacy.accountants import epsilon_from_ledger
-
-    return epsilon_from_ledger(ledger.releases, spec.privacy.delta, spec.privacy.accountant)
+def budget_of(spec: RunSpec) -> Budget:
+    return Budget(spec.privacy.epsilon, spec.privacy.delta, spec.privacy.accountant)
 
 
 def check_budget(ledger: PrivacyLedger, spec: RunSpec) -> float:
-    """ε of the ledger; raises if it exceeds the spec's budget (tolerance 1e-9)."""
-    eps = ledger_epsilon(ledger, spec)
-    budget = spec.privacy.epsilon
-    if not math.isinf(budget) and eps > budget + 1e-9:
-        raise BudgetExceededError(eps, budget, spec.privacy.accountant)
-    return eps
+    """ε of the ledger; raises if it exceeds the spec's budget (tolerance 1e-9). The pool
+    checks each release before computing it; this is the check of the whole ledger."""
+    return budget_of(spec).check(ledger.releases)
+
+
+def quarantine(run_dir: Path) -> Path:
+    """Move a failed run's directory (checkpoint, secret seed, release log, the method's
+    scratch) to ``<runs root>/.quarantine/<run key>.<UTC time>-<random>``, out of reach of
+    the next run of its spec, which starts afresh; kept for the operator to inspect."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = run_dir.parent / QUARANTINE / f"{run_dir.name}.{stamp}-{secrets.token_hex(4)}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(run_dir, target)
+    return target
+
+
+@contextlib.contextmanager
+def _quarantined_on_failure(run_dir: Path) -> Iterator[None]:
+    """Quarantine the run directory if the block raises an error (an ``Exception``); a
+    :class:`RunInterrupted` (a simulated kill) or an operator's interrupt leaves it to
+    resume."""
+    try:
+        yield
+    except RunInterrupted:
+        raise
+    except Exception as exc:
+        if run_dir.exists():
+            exc.add_note(f"the run failed; its state is quarantined in {quarantine(run_dir)}")
+        raise
+
+
+def _check_replayed(pool: ClientPool) -> None:
+    """Refuse to go on while the resumed method has not repeated every call it was
+    delivered before the interruption: the pool would otherwise reuse their release
+    indices (and noise)."""
+    if pool.replays_pending():
+        raise PrivacyError(
+            f"the resumed method did not repeat {pool.replays_pending()} call(s) it was "
+            "delivered before the run was interrupted; a resumed run must make the same "
+            "calls in the same order"
+        )
 
 
 def pool_seed(spec: RunSpec, run_dir: Path) -> int:
@@ -339,7 +383,7 @@ def run(
     finished = _finished(run_dir, resolved.run_key)
     if finished is not None:  # finished before: the record is the result
         return finished
-    with _held(run_dir, resolved.run_key):
+    with _held(run_dir, resolved.run_key), _quarantined_on_failure(run_dir):
         # Another process may have finished it between the check above and the lock.
         finished = _finished(run_dir, resolved.run_key)
         if finished is not None:
@@ -350,7 +394,8 @@ def run(
 
             profile = new_profile(spec.profile)
 
-        ledger = PrivacyLedger()
+        private = not math.isinf(spec.privacy.epsilon)
+        ledger = PrivacyLedger(guard=budget_of(spec).check if private else None)
         work_dir = run_dir / "work"
         work_dir.mkdir(exist_ok=True)
         seed = pool_seed(spec, run_dir)
@@ -368,6 +413,7 @@ def run(
             executor=launch.client_worker(units, run_dir) if isolated else None,
             local_trainer=LocalLMTrainer(lambda: profile.conditional_lm()),
             preference_policy=lambda: profile.preference_policy(),
+            release_log=ReleaseLog(run_dir / RELEASES) if private else None,
         )
         ctx = MethodContext(
             pool=pool,
@@ -450,11 +496,13 @@ def _drive(
     if checkpoint_path.exists():
         saved = resume_checkpoint(checkpoint_path, resolved.run_key)
         start, elapsed = saved["next_round"], saved["elapsed"]
-        method.resume(saved["method_state"])
         pool.load_state_dict(saved["pool"])
         ledger.releases[:] = PrivacyLedger.from_json(saved["ledger"]).releases
+        pool.open_release_log()  # charges what was delivered since the checkpoint
+        method.resume(saved["method_state"])
     else:
         start, elapsed = 0, 0.0
+        pool.open_release_log()  # a run killed before its first checkpoint delivered some
         method.setup()
 
     began, served = time.perf_counter(), method.pool_seconds()
@@ -468,6 +516,7 @@ def _drive(
     for r in progress(rounds, f"{spec.method.name} rounds", total=len(rounds), unit="round"):
         state = method.round(r)
         check_budget(ledger, spec)
+        _check_replayed(pool)
         _save_checkpoint(
             run_dir,
             {
@@ -480,10 +529,12 @@ def _drive(
             },
             r,
         )
+        pool.prune_release_log()
         if stop_after_round is not None and r + 1 >= stop_after_round:
             raise RunInterrupted(f"stopped after round {r + 1} (checkpoint in {run_dir})")
 
     artifact = checked_artifact(method.finish(), spec.method.name)
+    _check_replayed(pool)
     epsilon = check_budget(ledger, spec)
     artifact.save(run_dir / ARTIFACT)
     method_seconds = own_seconds()

@@ -381,3 +381,79 @@ class BigPayload(Adversary):
 
     def payload(self, ctx):
         return np.ones(1 << 19)
+
+
+# -- issue 33, class 4: crash and resume -------------------------------------------------
+
+
+def nothing(client, payload):
+    """Client side: a zero row, so the release is its noise alone."""
+    return np.zeros(1)
+
+
+@register("adv_crash_resume")
+class CrashResume(Adversary):
+    """Sees a release, keeps it in its work directory and dies with the harness (the test
+    kills the coordinator); resumed, it asks the same position again: for a zero sum
+    (``subtract``: the same noise would give the exact sum away), or for the same release,
+    then a zero sum as a new one (``found`` holds the three values)."""
+
+    configs = {"tiny": {"subtract": True}}
+
+    def round(self, ctx, state, r):
+        sigma = ctx.noise_for(steps=2)
+        seen = ctx.work_dir / "first.json"
+        if not seen.exists():  # the first attempt: the harness dies at the second call
+            seen.write_text(json.dumps(self.aggregate(ctx, sigma).noisy_sum.tolist()))
+            self.aggregate(ctx, sigma)
+        first = json.loads(seen.read_text())
+        if self.config["subtract"]:
+            zero = self.zero(ctx, sigma, "r")
+            state["found"] = [json.dumps({"sum": (np.array(first) - zero).tolist()})]
+            return state
+        again = self.aggregate(ctx, sigma).noisy_sum.tolist()
+        fresh = self.zero(ctx, sigma, "fresh").tolist()
+        state["found"] = [json.dumps({"first": first, "again": again, "fresh": fresh})]
+        return state
+
+    def zero(self, ctx, sigma, label):
+        return ctx.pool.aggregate(
+            nothing, dim=1, clip_norm=1.0, noise_multiplier=sigma, label=label
+        ).noisy_sum
+
+
+# -- issue 33, class 7: a refused run leaks to its re-run --------------------------------
+
+
+def mark_and_measure(client, payload):
+    """Client side: leave a mark that this release ran (in the client worker's own temp
+    directory, which the test reads and the method process cannot), then measure."""
+    import contextlib
+    import tempfile
+
+    with contextlib.suppress(OSError):  # the independence check's recomputation may not
+        Path(tempfile.gettempdir(), f"ran-{payload}").touch()
+    return mean_length(client, payload)
+
+
+@register("adv_refused_rerun")
+class RefusedRerun(Adversary):
+    """Keeps what it saw in its work directory, then asks for a release the budget cannot
+    afford (ε ≈ 10⁵); a re-run of the same submission that finds the stash releases it
+    (what a refused run computed, under an honest ε)."""
+
+    def round(self, ctx, state, r):
+        stash = ctx.work_dir / "stash.json"
+        if stash.exists():
+            state["found"] = [stash.read_text()]
+            return state
+        sigma = ctx.noise_for(steps=1)
+        legit = self.measure(ctx, sigma, "legit")
+        stash.write_text(json.dumps(legit.tolist()))
+        stash.write_text(json.dumps(self.measure(ctx, 1e-4, "blowout").tolist()))
+        return state
+
+    def measure(self, ctx, sigma, label):
+        return ctx.pool.aggregate(
+            mark_and_measure, label, dim=1, clip_norm=1.0, noise_multiplier=sigma, label=label
+        ).noisy_sum

@@ -184,7 +184,8 @@ def test_a_method_state_only_code_could_rebuild_is_refused_when_saved(tmp_path):
     s = spec("hardening_unsafe_state", params={"marker": str(marker)})
     with pytest.raises(UnsafeCheckpointError, match=r"method state after round 0: .*mkdir"):
         go(tmp_path / "runs", s)
-    [run_dir] = (tmp_path / "runs").iterdir()
+    [run_dir] = (tmp_path / "runs" / ".quarantine").iterdir()  # a failed run is set aside
+    assert (run_dir / "spec.json").exists()
     assert not (run_dir / "checkpoint.pt").exists() and not marker.exists()
 
 

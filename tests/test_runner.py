@@ -152,3 +152,54 @@ fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
 print("locked", flush=True)
 time.sleep(600)
 """
+
+
+# -- issue 33: a delivered release is never redrawn; nothing from a failed run is reused
+
+
+class SimulatedKill(BaseException):
+    """The harness's process dying (a kill, a power cut): not an error of the run."""
+
+
+def test_a_run_killed_mid_round_replays_what_it_delivered(tmp_path, monkeypatch):
+    """Killed after round 1's release was delivered and before its checkpoint: the resumed
+    run gets that release from the log (not recomputed, charged once) and ends as an
+    uninterrupted run does."""
+    import benchmark.runner as runner
+    from benchmark.federation.release_log import ReleaseLog
+
+    full = go(tmp_path / "a", spec(privacy=SEEDED))
+    save = runner._save_checkpoint
+
+    def dies_in_round_1(run_dir, payload, round_index):
+        if round_index == 1:
+            raise SimulatedKill
+        save(run_dir, payload, round_index)
+
+    monkeypatch.setattr(runner, "_save_checkpoint", dies_in_round_1)
+    with pytest.raises(SimulatedKill):
+        go(tmp_path / "b", spec(privacy=SEEDED))
+    [run_dir] = (tmp_path / "b").iterdir()  # not quarantined: a killed run resumes
+    assert sorted(p.name for p in (run_dir / "releases").glob("*.json")) == ["00000001.json"]
+    monkeypatch.setattr(runner, "_save_checkpoint", save)
+    replayed = []
+    replay = ReleaseLog.replay
+    monkeypatch.setattr(ReleaseLog, "replay", lambda log, i: replayed.append(i) or replay(log, i))
+    resumed = go(tmp_path / "b", spec(privacy=SEEDED))
+    assert replayed == [1]
+    assert resumed.artifact.texts == full.artifact.texts
+    assert resumed.record["privacy"] == full.record["privacy"]  # round 1 charged once
+    assert not list((run_dir / "releases").iterdir())  # pruned at the next checkpoint
+
+
+def test_a_refused_run_is_quarantined_and_its_rerun_starts_afresh(tmp_path):
+    refused = spec(params={"noise_multiplier": 1.0}, privacy={"epsilon": 0.5})
+    for _ in range(2):
+        with pytest.raises(BudgetExceededError) as caught:
+            go(tmp_path, refused)
+        assert "quarantined in" in "\n".join(caught.value.__notes__)
+    assert [p.name for p in tmp_path.iterdir()] == [".quarantine"]
+    first, second = sorted((tmp_path / ".quarantine").iterdir())
+    seeds = [(d / "pool_seed.secret").read_text() for d in (first, second)]
+    assert seeds[0] != seeds[1]  # the re-run drew its own secret seed
+    assert not (first / "checkpoint.pt").exists() and not list((first / "releases").glob("*"))

@@ -14,6 +14,7 @@ so the pool checks that, on a sample, in a clean process (see :class:`ClientPool
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import secrets
 import time
@@ -27,6 +28,7 @@ from benchmark.data import CLIENT_ID, STRONG
 from benchmark.federation.clients import ClientBatch, ClientData, client_scope, seeded_rngs
 from benchmark.federation.costs import CostCounters, count_payload
 from benchmark.federation.recompute import BATCH, CLIENT, ENCODE, Recheck, output_rows, snapshot
+from benchmark.federation.release_log import Delivery, ReleaseLog, call_of, digest, tensors_digest
 from benchmark.federation.tree import TreeAggregator
 from benchmark.privacy.errors import PrivacyError
 from benchmark.privacy.ledger import (
@@ -52,6 +54,12 @@ def job_of(client_fn: Any, payload: Any) -> Job:
     """The job of one release: an isolated method's pickled blob (its payload travels
     inside it), or the live function and payload."""
     return client_fn if isinstance(client_fn, bytes) else (client_fn, payload)
+
+
+def job_digest(job: Job) -> str:
+    """The digest the release log tells calls apart by: of the blob, or of the live
+    function and payload as a blob (:func:`~benchmark.federation.recompute.snapshot`)."""
+    return digest(job if isinstance(job, bytes) else snapshot(*job))
 
 
 class ClientExecutor(Protocol):
@@ -232,6 +240,16 @@ class ClientPool:
 
     ``simulated`` (a ``guarantee: simulated`` run) allows the one uncharged release a
     paper's own accounting needs (:meth:`part_sizes`); the ledger records it as such.
+
+    **Budget first.** Every release is admitted by the ledger (the run's budget) before
+    any client-side code runs for it: a release that would exceed the budget is refused
+    having computed nothing.
+
+    **Release log.** With a ``release_log`` (the runner gives one to every private run),
+    every call that delivers a value or changes the pool's state is logged, value included,
+    before it returns, and a resumed run replays the logged calls instead of recomputing
+    them (:mod:`benchmark.federation.release_log`). The runner opens the log
+    (:meth:`open_release_log`) before the method makes any call.
     """
 
     def __init__(
@@ -247,6 +265,7 @@ class ClientPool:
         local_trainer: LocalTrainer | None = None,
         simulated: bool = False,
         preference_policy: Callable[[], Any] | None = None,
+        release_log: ReleaseLog | None = None,
     ) -> None:
         self._ids = sorted(clients)
         self._records = [list(clients[cid]) for cid in self._ids]
@@ -271,6 +290,11 @@ class ClientPool:
         self._partitions: dict[str, tuple[int, np.ndarray]] = {}
         self._simulated = simulated
         self._policy = preference_policy  # the profile's preference policy, for DP-FT
+        # the release log: deliveries made (the next one's position), logged ones to replay
+        self._log = release_log
+        self._log_open = False
+        self._sequence = 0
+        self._replays: list[Delivery] = []
 
     def __getattr__(self, name: str) -> Any:
         raise ServerAccessError(
@@ -336,9 +360,107 @@ class ClientPool:
             )
         return True
 
+    # -- the release log ------------------------------------------------------------------
+
+    def open_release_log(self) -> int:
+        """Charge the deliveries logged since the checkpoint to the ledger and queue them
+        for replay; returns how many. The runner calls it once, after restoring the
+        checkpoint (or on a fresh start), before the method makes any call: the charge
+        holds whether or not the method asks for them again."""
+        if self._log is None:
+            return 0
+        if self._log_open:
+            raise PrivacyError("the release log is opened once, before any call")
+        self._log_open = True
+        self._replays = self._log.pending(self._sequence)
+        for delivery in self._replays:
+            self._ledger.releases.extend(PrivacyLedger.from_json(delivery.releases).releases)
+        return len(self._replays)
+
+    def replays_pending(self) -> int:
+        """Logged deliveries the resumed method has not asked for again yet (the runner
+        refuses to checkpoint or finish while any is left: the next release index would be
+        one that was already delivered)."""
+        return len(self._replays)
+
+    def prune_release_log(self) -> None:
+        """Forget the logged deliveries a checkpoint now holds (the runner, after saving)."""
+        if self._log is not None:
+            self._log.prune(self._sequence)
+
+    def _delivered(
+        self,
+        op: str,
+        args: dict[str, Any],
+        job: Callable[[], str],
+        compute: Callable[[], Any],
+        release: Release | None = None,
+    ) -> Any:
+        """The value of one call: replayed from the release log if this call was
+        delivered before the run was interrupted, else computed (``release`` admitted by
+        the budget first) and logged before it is returned. ``job`` gives the digest of the
+        call's client-side code (only computed when there is a log)."""
+        call = ""
+        if self._log is not None:
+            if not self._log_open:
+                raise PrivacyError("the release log must be opened before the first call")
+            call = call_of(op, args, job())
+            if self._replays:
+                return self._replay(call)
+        if release is not None:
+            self._ledger.admit(release)
+        first = len(self._ledger.releases)
+        value = compute()
+        if self._log is not None:
+            added = PrivacyLedger(self._ledger.releases[first:]).to_json()
+            self._log.write(self._sequence, call, value, added, self._replay_state())
+        self._sequence += 1
+        return value
+
+    def _replay(self, call: str) -> Any:
+        """The next logged delivery's value, if ``call`` is the call it answered; a
+        different call is refused: it must not get that value, and its noise would be the
+        logged release's (the same release index)."""
+        logged = self._replays[0]
+        if logged.call != call:
+            asked, was = json.loads(call), json.loads(logged.call)
+            raise PrivacyError(
+                f"call {logged.sequence} of this run was delivered before it was interrupted "
+                f"(pool.{was['op']}, label {was['args'].get('label')!r}); the resumed run "
+                f"asked pool.{asked['op']} (label {asked['args'].get('label')!r}) with other "
+                "arguments or client code: a resumed run must repeat its delivered calls in "
+                "order, so the run is refused"
+            )
+        self._replays.pop(0)
+        value, state = self._log.replay(logged.sequence)  # type: ignore[union-attr]
+        self._load_replay_state(state)
+        self._sequence += 1
+        return value
+
+    def _replay_state(self) -> dict[str, Any]:
+        """What a call may change in the pool besides the clients' memos (a cache): the
+        state a replayed call leaves the pool in."""
+        return {
+            "release_index": self._release_index,
+            "trees": {k: t.state_dict() for k, t in self._trees.items()},
+            "groups": self._groups,
+            "partitions": {k: (n, a.tolist()) for k, (n, a) in self._partitions.items()},
+            "costs": asdict(self.costs),
+        }
+
+    def _load_replay_state(self, state: dict[str, Any]) -> None:
+        self._release_index = plain_number("release_index", state["release_index"], integer=True)
+        self._trees = {k: TreeAggregator.from_state(v) for k, v in state["trees"].items()}
+        self._groups = {k: [int(c) for c in v] for k, v in state.get("groups", {}).items()}
+        self._partitions = {
+            k: (int(n), np.array(a, dtype=np.int64))
+            for k, (n, a) in state.get("partitions", {}).items()
+        }
+        costs = state["costs"]
+        self.costs = costs if isinstance(costs, CostCounters) else CostCounters(**costs)
+
     def _sample(self, sample_rate: float) -> list[int]:
-        if not 0 < sample_rate <= 1:
-            raise PrivacyError(f"sample_rate must be in (0, 1], got {sample_rate}")
+        """The units one release samples (``sample_rate`` checked by the caller)."""
         if sample_rate == 1:
             return list(range(self.num_clients))
         keep = self._rng(0).random(self.num_clients) < sample_rate
@@ -503,20 +625,9 @@ class ClientPool:
         batched = plain_flag("batched", batched)
         self._unit_level("pool.aggregate")
         nonprivate = self._check_mechanism(clip_norm, noise_multiplier)
-        indices = self._sample(sample_rate)
-        total = self._checked_sum(
-            indices,
-            job_of(client_fn, payload),
-            clip_norm,
-            dim,
-            batched,
-            sample_rate * self.num_clients,
-            call_key=(self._release_index,),
-            checked=not nonprivate,
-        )
-        if not nonprivate:
-            total = total + self._rng(1).normal(0.0, noise_multiplier * clip_norm, size=dim)
-        self._record_gaussian(
+        if not 0 < sample_rate <= 1:
+            raise PrivacyError(f"sample_rate must be in (0, 1], got {sample_rate}")
+        release = self._gaussian(
             nonprivate,
             noise_multiplier,
             clip_norm,
@@ -526,7 +637,31 @@ class ClientPool:
             dim,
             sensitivity=clip_norm,
         )
-        return Aggregate(total, sample_rate * self.num_clients)
+        job = job_of(client_fn, payload)
+        expected = sample_rate * self.num_clients
+
+        def compute() -> tuple[np.ndarray, float]:
+            total = self._checked_sum(
+                self._sample(sample_rate),
+                job,
+                clip_norm,
+                dim,
+                batched,
+                expected,
+                call_key=(self._release_index,),
+                checked=not nonprivate,
+            )
+            if not nonprivate:
+                total = total + self._rng(1).normal(0.0, noise_multiplier * clip_norm, size=dim)
+            self._record(release)
+            return total, expected
+
+        args = {"dim": dim, "clip_norm": clip_norm, "noise_multiplier": noise_multiplier}
+        args |= {"sample_rate": sample_rate, "label": label, "batched": batched}
+        total, expected = self._delivered(
+            "aggregate", args, lambda: job_digest(job), compute, release
+        )
+        return Aggregate(total, expected)
 
     def centralized(self, train_fn: Callable[[list[ClientData]], Any], *, label: str) -> Any:
         """Run ``train_fn`` on every client's data at once (the ε = ∞ bound only).
@@ -540,8 +675,7 @@ class ClientPool:
                 "(privacy.epsilon: inf)"
             )
         result = self._executor.run_all(train_fn)
-        self._ledger.record(Release(NONPRIVATE, 0.0, math.inf, 1.0, 1, label, unit=self._unit))
-        self._release_index += 1
+        self._record(Release(NONPRIVATE, 0.0, math.inf, 1.0, 1, label, unit=self._unit))
         return result
 
     def dp_sgd(
@@ -575,39 +709,55 @@ class ClientPool:
         self._unit_level("pool.dp_sgd")
         if self._check_mechanism(clip_norm, noise_multiplier):
             raise PrivacyError("DP-SGD needs noise_multiplier > 0")
-        clients = self._executor.local_clients()
         if any(len(records) != 1 for records in self._records):
             raise PrivacyError(
                 "DP-SGD clips per example, so every privacy unit must hold one example "
                 "(privacy.unit: sample or central); for user-level DP use pool.aggregate"
             )
-        with client_scope():
-            examples = [c.records[0] for c in clients]
-            model, sample_rate = run_dp_sgd(
-                model,
-                examples,
-                self._checked_encode(encode),
-                loss_fn,
-                noise_multiplier=noise_multiplier,
-                clip_norm=clip_norm,
-                batch_size=batch_size,
-                steps=steps,
-                lr=lr,
-                seed=int(self._rng(4).integers(2**31)),
-            )
-        self._ledger.record(
-            Release(
-                SUBSAMPLED_GAUSSIAN,
-                noise_multiplier,
-                clip_norm,
-                sample_rate,
-                steps,
-                label,
-                sampling="poisson",
-                unit=self._unit,
-            )
+        if batch_size < 1 or steps < 1:
+            raise PrivacyError("DP-SGD needs batch_size >= 1 and steps >= 1")
+        # opacus samples each example at 1 / (batches per epoch), known before training
+        sample_rate = 1.0 / math.ceil(len(self._records) / batch_size)
+        release = Release(
+            SUBSAMPLED_GAUSSIAN,
+            noise_multiplier,
+            clip_norm,
+            sample_rate,
+            steps,
+            label,
+            sampling="poisson",
+            unit=self._unit,
         )
-        self._release_index += 1
+
+        def compute() -> dict[str, Any]:
+            with client_scope():
+                examples = [c.records[0] for c in self._executor.local_clients()]
+                trained, used_rate = run_dp_sgd(
+                    model,
+                    examples,
+                    self._checked_encode(encode),
+                    loss_fn,
+                    noise_multiplier=noise_multiplier,
+                    clip_norm=clip_norm,
+                    batch_size=batch_size,
+                    steps=steps,
+                    lr=lr,
+                    seed=int(self._rng(4).integers(2**31)),
+                )
+            if not math.isclose(used_rate, sample_rate, rel_tol=1e-12):
+                raise PrivacyError(f"DP-SGD sampled at {used_rate}, admitted at {sample_rate}")
+            self._record(release)
+            return {k: v.detach().cpu().clone() for k, v in trained.state_dict().items()}
+
+        args = {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm, "lr": lr}
+        args |= {"batch_size": batch_size, "steps": steps, "label": label}
+
+        def job() -> str:
+            code = snapshot((encode, loss_fn), None)
+            return digest(code, tensors_digest(model.state_dict()).encode())
+
+        weights = self._delivered("dp_sgd", args, job, compute, release)
+        model.load_state_dict(weights)
         return model
 
     def _checked_encode(self, encode: Callable[[list[dict[str, Any]]], Any]) -> Any:
@@ -654,32 +804,39 @@ class ClientPool:
             raise PrivacyError("tree aggregation is a private mechanism; use aggregate() instead")
         if not 1 <= cohort_size <= self.num_clients:
             raise PrivacyError(f"cohort_size must be in [1, {self.num_clients}], got {cohort_size}")
-        order = self._rng(2).permutation(self.num_clients)
         leaves = self.num_clients // cohort_size
         if max_leaves is not None:  # a shorter tree (fewer rounds) has fewer levels
             leaves = max(1, min(leaves, max_leaves))
-        cohorts = [order[i * cohort_size : (i + 1) * cohort_size].tolist() for i in range(leaves)]
-        self._trees[name] = TreeAggregator(
-            dim=dim,
-            clip_norm=clip_norm,
+        release = Release(
+            mechanism=TREE_AGGREGATION,
             noise_multiplier=noise_multiplier,
-            cohorts=cohorts,
-            seed=[self._seed, self._release_index, 3],
+            sensitivity=clip_norm,
+            sample_rate=1.0,
+            count=leaves,
+            label=name,
+            unit=self._unit,
+            dim=dim,
         )
-        self._ledger.record(
-            Release(
-                mechanism=TREE_AGGREGATION,
-                noise_multiplier=noise_multiplier,
-                sensitivity=clip_norm,
-                sample_rate=1.0,
-                count=leaves,
-                label=name,
-                unit=self._unit,
+
+        def compute() -> int:
+            order = self._rng(2).permutation(self.num_clients)
+            cohorts = [
+                order[i * cohort_size : (i + 1) * cohort_size].tolist() for i in range(leaves)
+            ]
+            self._trees[name] = TreeAggregator(
                 dim=dim,
+                clip_norm=clip_norm,
+                noise_multiplier=noise_multiplier,
+                cohorts=cohorts,
+                seed=[self._seed, self._release_index, 3],
             )
-        )
-        self._release_index += 1
-        return leaves
+            self._record(release)
+            return leaves
+
+        args = {"name": name, "dim": dim, "clip_norm": clip_norm}
+        args |= {"noise_multiplier": noise_multiplier, "cohort_size": cohort_size}
+        args |= {"max_leaves": max_leaves}
+        return int(self._delivered("open_tree", args, str, compute, release))
 
     def tree_step(
         self, name: str, client_fn: ClientFn | BatchFn, payload: Any = None, batched: bool = False
@@ -688,19 +845,25 @@ class ClientPool:
         batched = plain_flag("batched", batched)
         if name not in self._trees:
             raise PrivacyError(f"no open tree named {name!r}")
-        tree = self._trees[name]
-        cohort = tree.next_cohort()
-        leaf = self._checked_sum(
-            cohort,
-            job_of(client_fn, payload),
-            tree.clip_norm,
-            tree.dim,
-            batched,
-            len(cohort),
-            call_key=(*tree.seed[1:], tree.step),
-            checked=True,
-        )
-        return tree.add_leaf(leaf)
+        job = job_of(client_fn, payload)
+
+        def compute() -> np.ndarray:
+            tree = self._trees[name]
+            cohort = tree.next_cohort()
+            leaf = self._checked_sum(
+                cohort,
+                job,
+                tree.clip_norm,
+                tree.dim,
+                batched,
+                len(cohort),
+                call_key=(*tree.seed[1:], tree.step),
+                checked=True,
+            )
+            return tree.add_leaf(leaf)
+
+        args = {"name": name, "batched": batched}
+        return self._delivered("tree_step", args, lambda: job_digest(job), compute)
 
     # -- paper 003: pure-ε releases, DP-PCA, partitions and per-part DP-SGD ---------------
 
@@ -720,15 +883,24 @@ class ClientPool:
         ``epsilon=inf`` is the exact sum, in a non-private run only."""
         l1_bound = plain_number("l1_bound", l1_bound)
         dim, epsilon = plain_number("dim", dim, integer=True), plain_number("epsilon", epsilon)
-        rows, nonprivate = self._pure_rows(
-            "pool.laplace_aggregate", client_fn, payload, dim, epsilon, l1_bound, batched
-        )
-        norms = np.abs(rows).sum(axis=1)
-        total = np.minimum(1.0, l1_bound / np.maximum(norms, 1e-12)) @ rows
-        if not nonprivate:
-            total = total + self._rng(1).laplace(0.0, l1_bound / epsilon, size=dim)
-        self._record_pure(nonprivate, LAPLACE, epsilon, l1_bound, label, dim)
-        return total
+        batched = plain_flag("batched", batched)
+        self._unit_level("pool.laplace_aggregate")
+        nonprivate = self._check_pure(epsilon, l1_bound)
+        release = self._pure(nonprivate, LAPLACE, epsilon, l1_bound, label, dim)
+        job = job_of(client_fn, payload)
+
+        def compute() -> np.ndarray:
+            rows = self._checked_rows(job, dim, batched, not nonprivate)
+            norms = np.abs(rows).sum(axis=1)
+            total = np.minimum(1.0, l1_bound / np.maximum(norms, 1e-12)) @ rows
+            if not nonprivate:
+                total = total + self._rng(1).laplace(0.0, l1_bound / epsilon, size=dim)
+            self._record(release)
+            return total
+
+        args = {"dim": dim, "l1_bound": l1_bound, "epsilon": epsilon}
+        args |= {"label": label, "batched": batched}
+        return self._delivered("laplace_aggregate", args, lambda: job_digest(job), compute, release)
 
     def dp_pca(
         self,
@@ -752,14 +924,23 @@ class ClientPool:
         dim, epsilon = plain_number("dim", dim, integer=True), plain_number("epsilon", epsilon)
         if not 1 <= components <= dim:
             raise PrivacyError(f"components must be in [1, dim={dim}], got {components}")
-        rows, nonprivate = self._pure_rows(
-            "pool.dp_pca", client_fn, payload, dim, epsilon, 1.0, batched
-        )
-        norms = np.linalg.norm(rows, axis=1)
-        rows *= np.minimum(1.0, 1.0 / np.maximum(norms, 1e-12))[:, None]
-        basis = top_eigenvectors(rows.T @ rows, components, epsilon, self._rng(1))
-        self._record_pure(nonprivate, EXPONENTIAL, epsilon, 1.0, label, dim)
-        return basis
+        batched = plain_flag("batched", batched)
+        self._unit_level("pool.dp_pca")
+        nonprivate = self._check_pure(epsilon, 1.0)
+        release = self._pure(nonprivate, EXPONENTIAL, epsilon, 1.0, label, dim)
+        job = job_of(client_fn, payload)
+
+        def compute() -> np.ndarray:
+            rows = self._checked_rows(job, dim, batched, not nonprivate)
+            norms = np.linalg.norm(rows, axis=1)
+            rows *= np.minimum(1.0, 1.0 / np.maximum(norms, 1e-12))[:, None]
+            basis = top_eigenvectors(rows.T @ rows, components, epsilon, self._rng(1))
+            self._record(release)
+            return basis
+
+        args = {"dim": dim, "components": components, "epsilon": epsilon}
+        args |= {"label": label, "batched": batched}
+        return self._delivered("dp_pca", args, lambda: job_digest(job), compute, release)
 
     def define_partition(
         self,
@@ -783,13 +964,17 @@ class ClientPool:
         if parts < 1:
             raise PrivacyError(f"parts must be >= 1, got {parts}")
         batched = plain_flag("batched", batched)
-        rows = self._checked_rows(
-            job_of(client_fn, payload), 1, batched, not self._allow_nonprivate
-        )
-        values = rows[:, 0]
-        valid = (values == np.round(values)) & (values >= 0) & (values < parts)
-        self._partitions[name] = (parts, np.where(valid, values, -1).astype(np.int64))
-        self._release_index += 1
+        job = job_of(client_fn, payload)
+
+        def compute() -> None:
+            rows = self._checked_rows(job, 1, batched, not self._allow_nonprivate)
+            values = rows[:, 0]
+            valid = (values == np.round(values)) & (values >= 0) & (values < parts)
+            self._partitions[name] = (parts, np.where(valid, values, -1).astype(np.int64))
+            self._release_index += 1
+
+        args = {"name": name, "parts": parts, "batched": batched}
+        self._delivered("define_partition", args, lambda: job_digest(job), compute)
 
     def _part(self, partition: str, part: int) -> np.ndarray:
         """The members of one part (a boolean mask over units)."""
@@ -811,17 +996,23 @@ class ClientPool:
         if type(partition) is not str or partition not in self._partitions:
             raise PrivacyError(f"no partition named {partition!r}; define it first")
         parts, assignment = self._partitions[partition]
-        counts = np.bincount(assignment[assignment >= 0], minlength=parts).astype(np.float64)
-        if math.isinf(epsilon) and self._simulated and not self._allow_nonprivate:
-            uncharged = Release(UNCHARGED, 0.0, 1.0, 1.0, 1, label, unit=self._unit, dim=parts)
-            self._ledger.record(uncharged)
-            self._release_index += 1
+        uncharged = math.isinf(epsilon) and self._simulated and not self._allow_nonprivate
+        if uncharged:
+            nonprivate = False
+            release = Release(UNCHARGED, 0.0, 1.0, 1.0, 1, label, unit=self._unit, dim=parts)
+        else:
+            nonprivate = self._check_pure(epsilon, 1.0)
+            release = self._pure(nonprivate, LAPLACE, epsilon, 1.0, label, parts)
+
+        def compute() -> np.ndarray:
+            counts = np.bincount(assignment[assignment >= 0], minlength=parts).astype(np.float64)
+            if not (nonprivate or uncharged):
+                counts = counts + self._rng(1).laplace(0.0, 1.0 / epsilon, size=parts)
+            self._record(release)
             return counts
-        nonprivate = self._check_pure(epsilon, 1.0)
-        if not nonprivate:
-            counts = counts + self._rng(1).laplace(0.0, 1.0 / epsilon, size=parts)
-        self._record_pure(nonprivate, LAPLACE, epsilon, 1.0, label, parts)
-        return counts
+
+        args = {"partition": partition, "epsilon": epsilon, "label": label}
+        return self._delivered("part_sizes", args, str, compute, release)
 
     def dp_logistic_sgd(
         self,
@@ -872,21 +1063,7 @@ class ClientPool:
         if partition is not None or part is not None:
             members = self._part(partition, plain_number("part", part, integer=True))
         batched = plain_flag("batched", batched)
-        rows = self._checked_rows(job_of(client_fn, payload), dim, batched, not nonprivate)
-        if members is not None:
-            rows[~members] = 0.0
-        theta = logistic_dp_sgd(
-            rows,
-            theta,
-            noise_multiplier=noise_multiplier,
-            clip_norm=clip_norm,
-            sample_rate=sample_rate,
-            steps=steps,
-            lr=lr,
-            expected_batch=expected_batch,
-            rng=self._rng(1),
-        )
-        self._record_gaussian(
+        release = self._gaussian(
             nonprivate,
             noise_multiplier,
             clip_norm,
@@ -895,28 +1072,33 @@ class ClientPool:
             label,
             dim,
             partition=partition or "",
-            part=-1 if members is None else int(part),
+            part=-1 if members is None else int(part),  # type: ignore[arg-type]
         )
-        return theta
-
-    def _pure_rows(
-        self,
-        what: str,
-        client_fn: ClientFn | BatchFn,
-        payload: Any,
-        dim: int,
-        epsilon: float,
-        sensitivity: float,
-        batched: bool,
-    ) -> tuple[np.ndarray, bool]:
-        """Every unit's row for a pure-ε release (checked unless it is exact), and whether
-        it is exact (non-private)."""
-        self._unit_level(what)
-        nonprivate = self._check_pure(epsilon, sensitivity)
         job = job_of(client_fn, payload)
-        return self._checked_rows(
-            job, dim, plain_flag("batched", batched), not nonprivate
-        ), nonprivate
+
+        def compute() -> np.ndarray:
+            rows = self._checked_rows(job, dim, batched, not nonprivate)
+            if members is not None:
+                rows[~members] = 0.0
+            trained = logistic_dp_sgd(
+                rows,
+                theta,
+                noise_multiplier=noise_multiplier,
+                clip_norm=clip_norm,
+                sample_rate=sample_rate,
+                steps=steps,
+                lr=lr,
+                expected_batch=expected_batch,
+                rng=self._rng(1),
+            )
+            self._record(release)
+            return trained
+
+        args = {"dim": dim, "init": theta.tolist(), "noise_multiplier": noise_multiplier}
+        args |= {"clip_norm": clip_norm, "sample_rate": sample_rate, "steps": steps, "lr": lr}
+        args |= {"expected_batch": expected_batch, "label": label, "batched": batched}
+        args |= {"partition": release.partition, "part": release.part}
+        return self._delivered("dp_logistic_sgd", args, lambda: job_digest(job), compute, release)
 
     def _check_pure(self, epsilon: float, sensitivity: float) -> bool:
         """Validate a pure-ε mechanism's budget; True for an exact (non-private) release."""
@@ -928,7 +1110,7 @@ class ClientPool:
             raise PrivacyError(f"a private release needs a finite bound > 0, got {sensitivity}")
         return False
 
-    def _record_pure(
+    def _pure(
         self,
         nonprivate: bool,
         mechanism: str,
@@ -936,21 +1118,19 @@ class ClientPool:
         sensitivity: float,
         label: str,
         dim: int,
-    ) -> None:
-        self._ledger.record(
-            Release(
-                mechanism=NONPRIVATE if nonprivate else mechanism,
-                noise_multiplier=0.0 if nonprivate or mechanism != LAPLACE else 1.0 / epsilon,
-                sensitivity=math.inf if nonprivate else sensitivity,
-                sample_rate=1.0,
-                count=1,
-                label=label,
-                unit=self._unit,
-                dim=dim,
-                epsilon=0.0 if nonprivate else epsilon,
-            )
+    ) -> Release:
+        """The ledger entry of one pure-ε release, or of a non-private one."""
+        return Release(
+            mechanism=NONPRIVATE if nonprivate else mechanism,
+            noise_multiplier=0.0 if nonprivate or mechanism != LAPLACE else 1.0 / epsilon,
+            sensitivity=math.inf if nonprivate else sensitivity,
+            sample_rate=1.0,
+            count=1,
+            label=label,
+            unit=self._unit,
+            dim=dim,
+            epsilon=0.0 if nonprivate else epsilon,
         )
-        self._release_index += 1
 
     # -- client_sample runs (paper 001): sample-level DP per client, client groups --------
 
@@ -971,7 +1151,11 @@ class ClientPool:
             raise PrivacyError(
                 f"group {name!r}: clients must be unused positions < {len(self._silos)}"
             )
-        self._groups[name] = sorted(members)
+
+        def compute() -> None:
+            self._groups[name] = sorted(members)
+
+        self._delivered("define_group", {"name": name, "clients": members}, str, compute)
 
     def strong_clients(self) -> list[int]:
         """Positions of the clients the split flags ``strong`` (built with
@@ -1021,23 +1205,33 @@ class ClientPool:
         noise_multiplier = plain_number("noise_multiplier", noise_multiplier)
         names, members = self._members(groups)
         nonprivate = self._check_mechanism(clip_norm, noise_multiplier)
-        job = job_of(client_fn, payload)
-        population = [u for c in members for u in self._silos[c]]
-        check = self._recheck(BATCH, job, self._choose([] if nonprivate else population))
-        total, seconds = np.zeros(dim), 0.0
-        for c in members:
-            units = self._silos[c]
-            key = (self._release_index, c)
-            rows, took = self._clipped_sum(units, job, clip_norm, dim, True, 1, key, check)
-            total += rows
-            seconds += took
-            if not nonprivate:
-                total += self._rng(1, c).normal(0.0, noise_multiplier * clip_norm, size=dim)
-        check.finish(seconds)
-        self._record_gaussian(
+        release = self._gaussian(
             nonprivate, noise_multiplier, clip_norm, 1.0, 1, label, dim, groups=names
         )
-        return Aggregate(total, float(len(members)))
+        job = job_of(client_fn, payload)
+
+        def compute() -> tuple[np.ndarray, float]:
+            population = [u for c in members for u in self._silos[c]]
+            check = self._recheck(BATCH, job, self._choose([] if nonprivate else population))
+            total, seconds = np.zeros(dim), 0.0
+            for c in members:
+                units = self._silos[c]
+                key = (self._release_index, c)
+                rows, took = self._clipped_sum(units, job, clip_norm, dim, True, 1, key, check)
+                total += rows
+                seconds += took
+                if not nonprivate:
+                    total += self._rng(1, c).normal(0.0, noise_multiplier * clip_norm, size=dim)
+            check.finish(seconds)
+            self._record(release)
+            return total, float(len(members))
+
+        args = {"dim": dim, "clip_norm": clip_norm, "noise_multiplier": noise_multiplier}
+        args |= {"groups": names, "label": label}
+        total, expected = self._delivered(
+            "local_gaussian", args, lambda: job_digest(job), compute, release
+        )
+        return Aggregate(total, expected)
 
     def local_dp_finetune(
         self,
@@ -1083,26 +1277,8 @@ class ClientPool:
         )
         if self._local_trainer is None:
             raise PrivacyError("this pool has no local trainer (the runner gives it one)")
-        start = time.perf_counter()
-        total: dict[str, Any] = {}
-        for c in members:  # a running sum: one client's delta in memory at a time
-            delta = self._local_trainer.finetune(
-                weights,
-                [self._records[u][0] for u in self._silos[c]],
-                config,
-                seed=int(self._rng(4, c).integers(2**63)),
-            )
-            for name, tensor in delta.items():
-                total[name] = total[name] + tensor if name in total else tensor
-        mean = {name: tensor / len(members) for name, tensor in total.items()}
-        self.costs.add(
-            len(members),
-            sum(t.numel() for t in weights.values()),
-            0,
-            sum(t.numel() for t in mean.values()),
-            time.perf_counter() - start,
-        )
-        self._record_gaussian(
+        trainer = self._local_trainer
+        release = self._gaussian(
             nonprivate,
             config.noise_multiplier,
             config.clip_norm,
@@ -1112,7 +1288,38 @@ class ClientPool:
             0,
             groups=names,
         )
-        return mean
+
+        def compute() -> dict[str, Any]:
+            start = time.perf_counter()
+            total: dict[str, Any] = {}
+            for c in members:  # a running sum: one client's delta in memory at a time
+                delta = trainer.finetune(
+                    weights,
+                    [self._records[u][0] for u in self._silos[c]],
+                    config,
+                    seed=int(self._rng(4, c).integers(2**63)),
+                )
+                for name, tensor in delta.items():
+                    total[name] = total[name] + tensor if name in total else tensor
+            mean = {name: tensor / len(members) for name, tensor in total.items()}
+            self.costs.add(
+                len(members),
+                sum(t.numel() for t in weights.values()),
+                0,
+                sum(t.numel() for t in mean.values()),
+                time.perf_counter() - start,
+            )
+            self._record(release)
+            return mean
+
+        args = {**asdict(config), "groups": names, "label": label}
+        return self._delivered(
+            "local_dp_finetune",
+            args,
+            lambda: digest(tensors_digest(weights).encode(), prompt_template.encode()),
+            compute,
+            release,
+        )
 
     def _dp_sgd_steps(
         self,
@@ -1180,29 +1387,8 @@ class ClientPool:
         )
         if self._policy is None:
             raise PrivacyError("this pool has no preference policy (the runner gives it one)")
-        generator = self._policy()
-        model = trainable_copy(generator.model)
-        model.load_state_dict(weights, strict=True)
-        records = [self._records[u][0] for u in np.flatnonzero(members)]
-        start = time.perf_counter()
-        rng = self._rng(4)
-        with seeded(int(rng.integers(2**62))):  # dropout: from the secret seed too
-            finetune_on_preferences(
-                model,
-                generator.tokenizer,
-                records,
-                stage=stage,
-                beta=beta,
-                max_completion_tokens=max_completion_tokens,
-                steps=config,
-                rng=rng,
-            )
-        trained = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        size = sum(t.numel() for t in weights.values())
-        self.costs.add(
-            config.sample_rate * len(records), size, 0, size, time.perf_counter() - start
-        )
-        self._record_gaussian(
+        policy = self._policy
+        release = self._gaussian(
             nonprivate,
             config.noise_multiplier,
             config.clip_norm,
@@ -1213,9 +1399,44 @@ class ClientPool:
             partition=partition,
             part=int(part),
         )
-        return trained
 
-    def _record_gaussian(
+        def compute() -> dict[str, Any]:
+            generator = policy()
+            model = trainable_copy(generator.model)
+            model.load_state_dict(weights, strict=True)
+            records = [self._records[u][0] for u in np.flatnonzero(members)]
+            start = time.perf_counter()
+            rng = self._rng(4)
+            with seeded(int(rng.integers(2**62))):  # dropout: from the secret seed too
+                finetune_on_preferences(
+                    model,
+                    generator.tokenizer,
+                    records,
+                    stage=stage,
+                    beta=beta,
+                    max_completion_tokens=max_completion_tokens,
+                    steps=config,
+                    rng=rng,
+                )
+            trained = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+            size = sum(t.numel() for t in weights.values())
+            self.costs.add(
+                config.sample_rate * len(records), size, 0, size, time.perf_counter() - start
+            )
+            self._record(release)
+            return trained
+
+        args = {**asdict(config), "stage": stage, "partition": partition, "part": int(part)}
+        args |= {"beta": beta, "max_completion_tokens": max_completion_tokens, "label": label}
+        return self._delivered(
+            "dp_preference_finetune",
+            args,
+            lambda: tensors_digest(weights),
+            compute,
+            release,
+        )
+
+    def _gaussian(
         self,
         nonprivate: bool,
         noise_multiplier: float,
@@ -1229,35 +1450,39 @@ class ClientPool:
         sensitivity: float | None = None,
         partition: str = "",
         part: int = -1,
-    ) -> None:
-        """Record ``count`` (subsampled) Gaussian releases, or a non-private one, and move
-        to the next release index. ``sensitivity`` defaults to ``clip_norm`` for private
-        releases and ∞ for non-private ones (``aggregate`` records its clip norm either way,
-        as it always has)."""
+    ) -> Release:
+        """The ledger entry of ``count`` (subsampled) Gaussian releases, or of a
+        non-private one. ``sensitivity`` defaults to ``clip_norm`` for private releases and
+        ∞ for non-private ones (``aggregate`` records its clip norm either way, as it
+        always has)."""
         if sensitivity is None:
             sensitivity = math.inf if nonprivate else clip_norm
-        self._ledger.record(
-            Release(
-                mechanism=NONPRIVATE if nonprivate else SUBSAMPLED_GAUSSIAN,
-                noise_multiplier=noise_multiplier,
-                sensitivity=sensitivity,
-                sample_rate=sample_rate,
-                count=count,
-                label=label,
-                sampling="full" if sample_rate == 1 else "poisson",
-                unit=self._unit,
-                dim=dim,
-                groups=groups,
-                partition=partition,
-                part=part,
-            )
+        return Release(
+            mechanism=NONPRIVATE if nonprivate else SUBSAMPLED_GAUSSIAN,
+            noise_multiplier=noise_multiplier,
+            sensitivity=sensitivity,
+            sample_rate=sample_rate,
+            count=count,
+            label=label,
+            sampling="full" if sample_rate == 1 else "poisson",
+            unit=self._unit,
+            dim=dim,
+            groups=groups,
+            partition=partition,
+            part=part,
         )
+
+    def _record(self, release: Release) -> None:
+        """Record ``release`` (admitted before it was computed) and move to the next
+        release index."""
+        self._ledger.record(release)
         self._release_index += 1
 
     def state_dict(self) -> dict[str, Any]:
         """Harness-private state for resuming (kept in the run directory, never published)."""
         return {
             "release_index": self._release_index,
+            "sequence": self._sequence,
             "memos": self._executor.memos(),
             "trees": {k: t.state_dict() for k, t in self._trees.items()},
             "groups": self._groups,
@@ -1271,18 +1496,12 @@ class ClientPool:
         Loading into a pool that has released anything, or loading twice, could rewind the
         release counter: the next release would draw the same noise as an earlier one and
         the difference of the two would cancel it."""
-        if self._release_index or self._restored:
+        if self._release_index or self._restored or self._sequence or self._log_open:
             raise PrivacyError(
                 "pool state can only be loaded into a fresh pool, once (when a run resumes): "
                 "rewinding the release counter would draw the same noise twice"
             )
         self._restored = True
-        self._release_index = plain_number("release_index", state["release_index"], integer=True)
+        self._load_replay_state(state)
+        self._sequence = plain_number("sequence", state.get("sequence", 0), integer=True)
         self._executor.load_memos(state["memos"])
-        self._trees = {k: TreeAggregator.from_state(v) for k, v in state["trees"].items()}
-        self._groups = {k: [int(c) for c in v] for k, v in state.get("groups", {}).items()}
-        self._partitions = {
-            k: (int(n), np.array(a, dtype=np.int64))
-            for k, (n, a) in state.get("partitions", {}).items()
-        }
-        self.costs = state["costs"]

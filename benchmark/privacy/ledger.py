@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,9 +98,21 @@ class Release:
 
 @dataclass
 class PrivacyLedger:
-    """Append-only list of releases, serialisable to JSON for resume and verification."""
+    """Append-only list of releases, serialisable to JSON for resume and verification.
+
+    ``guard`` (the run's budget, :class:`benchmark.privacy.budget.Budget`) is asked by
+    :meth:`admit` before a release is computed: it raises if the ledger with the release
+    would exceed the budget, so a refused release never touches private data."""
 
     releases: list[Release] = field(default_factory=list)
+    guard: Callable[[Sequence[Release]], object] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    def admit(self, *releases: Release) -> None:
+        """Refuse ``releases`` (raise) if the ledger with them would exceed the budget."""
+        if self.guard is not None:
+            self.guard([*self.releases, *releases])
 
     def record(self, release: Release) -> None:
         self.releases.append(release)
