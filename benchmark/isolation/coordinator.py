@@ -72,9 +72,7 @@ def policy_for(
     extra = tuple(readable or ())
     readable_paths = (*interpreter_paths(), *code, cache_dir(), hub, *extra)
     denied = (*denied, cache_dir() / "sources")
-    return Policy(
-        read_only=readable_except(readable_paths, denied), read_write=tuple(read_write)
-    )
+    return Policy(read_only=readable_except(readable_paths, denied), read_write=tuple(read_write))
 
 
 def harness_code() -> list[Path]:

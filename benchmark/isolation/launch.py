@@ -4,9 +4,11 @@ then imports and serves.
 ``python -m benchmark.isolation.launch ROLE FD...`` moves into fresh PID, network, IPC and
 UTS namespaces (:func:`~benchmark.isolation.containment.contain`: this process stays
 outside as the keeper, the role runs as process 1 of the namespace, and every process it
-starts dies with it), applies the sandbox its parent put in the environment (:func:`~benchmark.isolation.sandbox.enter_sandbox_from_environment`) while
-nothing but the standard library and the harness's package roots is imported, then runs the
-role's ``main``: ``client`` (:mod:`benchmark.isolation.client_process`), ``method``
+starts dies with it), applies the sandbox its parent put in the environment
+(:func:`~benchmark.isolation.sandbox.enter_sandbox_from_environment`: Landlock, then the
+seccomp filter) while nothing but the standard library and the harness's package roots is
+imported, then runs the role's ``main``: ``client``
+(:mod:`benchmark.isolation.client_process`), ``method``
 (:mod:`benchmark.isolation.method_process`) or ``zygote`` (the independence check's
 recomputations, :mod:`benchmark.federation.recompute`, which run client code too). The
 roles' modules import numpy, whose OpenBLAS threads would start unrestricted if they were

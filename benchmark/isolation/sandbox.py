@@ -255,7 +255,7 @@ def _seccomp_program() -> list[tuple[int, int, int, int]]:
     # blocks of [test..., allow]; each test's true branch is the deny at the program's end
     blocks: list[list[tuple[int, int, int, int]]] = []
     blocks.append([arg(1), *((_BPF_JEQ, "D", 0, cmd) for cmd in _FCNTL_DENIED), allow])
-    for number, index in _SELF_ONLY_SYSCALLS.values():
+    for _number, index in _SELF_ONLY_SYSCALLS.values():
         blocks.append([arg(index), (_BPF_JEQ, 0, "D", 0), allow])
     head = [arch, (_BPF_JEQ, 1, 0, _AUDIT_ARCH_X86_64), (_BPF_RET, 0, 0, _SECCOMP_RET_ERRNO | 1)]
     head += [nr, (_BPF_JGE, "D", 0, _X32_SYSCALL_BIT)]
