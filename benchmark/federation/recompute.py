@@ -257,7 +257,6 @@ class _Zygote:
             env={**env, "PYTHONPATH": os.pathsep.join(paths)},
         )
         self.launch = launch
-        self.namespaced = _own_pid_namespace(self.proc.pid)
         theirs.close()
         self.owner = os.getpid()  # a process forked from the pool's needs a zygote of its own
         self.preloaded: set[str] = set()
@@ -324,10 +323,13 @@ def _own_pid_namespace(pid: int) -> bool:
 
 def _kill_namespaced_zygote() -> bool:
     """Kill this process's zygote if it lives in a PID namespace of its own (all its
-    workers die with it); False when there is none such."""
+    workers die with it); False when there is none such. Asked once a worker ran: by then
+    the zygote's launch has made its namespaces, if it could."""
     global _zygote
     with _zygote_lock:
-        if _zygote is None or _zygote.owner != os.getpid() or not _zygote.namespaced:
+        if _zygote is None or _zygote.owner != os.getpid():
+            return False
+        if not _own_pid_namespace(_zygote.proc.pid):
             return False
         _zygote.proc.kill()
         _zygote = None

@@ -307,7 +307,7 @@ class IsolatedLaunch:
         self.code = harness_code() + code
         from benchmark.profiles.cache import cache_dir
 
-        self.denied = denied_paths(split.manifest, cache_dir())  # the split's corpus
+        self.denied = denied_paths(getattr(split, "manifest", {}), cache_dir())  # its corpus
         self._worker: Any = None
 
     def _init(self, op: str) -> tuple[dict[str, Any], list[bytes]]:
