@@ -197,10 +197,13 @@ class Environment(Adversary):
 
     def attack(self, ctx):
         found = [f"{k}={v}" for k, v in os.environ.items()]
-        try:
-            found.append(Path(f"/proc/{os.getppid()}/environ").read_bytes().decode())
-        except PermissionError:
-            found.append("refused")
+        # the parent's pid (0 where the process is the first of its own PID namespace), and
+        # the host's first process (an ancestor of the coordinator)
+        for pid in {os.getppid(), 1}:
+            try:
+                found.append(Path(f"/proc/{pid}/environ").read_bytes().decode())
+            except OSError:
+                found.append("refused")
         return found
 
 

@@ -271,11 +271,12 @@ def test_readable_except_grants_the_siblings_of_what_it_denies(tmp_path: Path) -
     for name in ("pkgs/corpus/data.json", "pkgs/other/x.py", "pkgs/mod.py", "cache/m.pt"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")
-    kept = readable_except(
+    kept, listed = readable_except(
         (tmp_path / "pkgs", tmp_path / "cache", tmp_path / "pkgs" / "corpus" / "data.json"),
         (tmp_path / "pkgs" / "corpus",),
     )
     assert kept == (tmp_path / "pkgs" / "mod.py", tmp_path / "pkgs" / "other", tmp_path / "cache")
+    assert listed == (tmp_path / "pkgs",)
 
 
 def test_a_splits_manifest_names_the_corpus_to_deny(tmp_path: Path) -> None:

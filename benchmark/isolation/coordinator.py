@@ -72,7 +72,8 @@ def policy_for(
     extra = tuple(readable or ())
     readable_paths = (*interpreter_paths(), *code, cache_dir(), hub, *extra)
     denied = (*denied, cache_dir() / "sources")
-    return Policy(read_only=readable_except(readable_paths, denied), read_write=tuple(read_write))
+    read_only, list_only = readable_except(readable_paths, denied)
+    return Policy(read_only, tuple(read_write), list_only)
 
 
 def harness_code() -> list[Path]:

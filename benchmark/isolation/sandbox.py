@@ -65,17 +65,20 @@ class Policy:
 
     read_only: tuple[Path, ...]
     read_write: tuple[Path, ...] = ()
+    list_only: tuple[Path, ...] = ()  # directories (and those beneath) that may be listed
 
     def to_json(self) -> dict[str, list[str]]:
         """The policy as a child process receives it."""
         return {
             "read_only": list(map(str, self.read_only)),
             "read_write": list(map(str, self.read_write)),
+            "list_only": list(map(str, self.list_only)),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, list[str]]) -> Policy:
-        return cls(tuple(map(Path, data["read_only"])), tuple(map(Path, data["read_write"])))
+        paths = (tuple(map(Path, data.get(key, ()))) for key in ("read_only", "read_write"))
+        return cls(*paths, tuple(map(Path, data.get("list_only", ()))))
 
 
 def _syscall(number: int, *args: object) -> int:
@@ -334,6 +337,8 @@ def restrict(policy: Policy) -> bool:
     try:
         for path in policy.read_only:
             _add_path_rule(ruleset_fd, Path(path), _FS_READ_ONLY)
+        for path in policy.list_only:
+            _add_path_rule(ruleset_fd, Path(path), _FS_READ_DIR)
         for path in policy.read_write + _SINKS:
             _add_path_rule(ruleset_fd, Path(path), attr.handled_access_fs)
         _check(
@@ -378,12 +383,17 @@ def interpreter_paths() -> tuple[Path, ...]:
     return tuple(dict.fromkeys(p for p in paths if p.exists()))
 
 
-def readable_except(paths: tuple[Path, ...], denied: tuple[Path, ...]) -> tuple[Path, ...]:
-    """``paths`` less everything beneath ``denied``. Landlock only allows, so a path that
-    holds a denied one is replaced by its entries (those on the way down, recursively), a
-    path beneath a denied one is dropped."""
+def readable_except(
+    paths: tuple[Path, ...], denied: tuple[Path, ...]
+) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """``paths`` less the files beneath ``denied``: what stays readable, and the
+    directories to grant listing only. Landlock only allows, so a path that holds a denied
+    one is replaced by its entries (those on the way down, recursively) and may be listed
+    (``importlib.metadata`` and the import system list ``site-packages``; a listing shows
+    names, not contents); a path beneath a denied one is dropped."""
     denied = tuple(Path(os.path.realpath(d)) for d in denied)
     kept: list[Path] = []
+    listed: list[Path] = []
     for path in paths:
         real = Path(os.path.realpath(path))
         if any(real == d or d in real.parents for d in denied):
@@ -393,10 +403,12 @@ def readable_except(paths: tuple[Path, ...], denied: tuple[Path, ...]) -> tuple[
                 entries = tuple(sorted(real.iterdir()))
             except OSError:
                 continue
-            kept += readable_except(entries, denied)
+            below, below_listed = readable_except(entries, denied)
+            kept += below
+            listed += [path, *below_listed]
         else:
             kept.append(path)
-    return tuple(dict.fromkeys(kept))
+    return tuple(dict.fromkeys(kept)), tuple(dict.fromkeys(listed))
 
 
 def import_top_level_packages() -> None:
@@ -448,4 +460,5 @@ def restrict_further(read_write: tuple[Path, ...]) -> bool:
     signal to any process outside the new domain. False where no sandbox was applied."""
     if applied_policy is None:
         return False
-    return restrict(Policy(applied_policy.read_only, tuple(read_write)))
+    read_only, list_only = applied_policy.read_only, applied_policy.list_only
+    return restrict(Policy(read_only, tuple(read_write), list_only))
