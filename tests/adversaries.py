@@ -6,6 +6,7 @@ next run. ``tests/test_isolation.py`` runs them with ``isolated=True`` and check
 is refused with a clear error or has no effect on what is released and recorded.
 """
 
+import contextlib
 import gc
 import json
 import os
@@ -196,10 +197,13 @@ class Environment(Adversary):
 
     def attack(self, ctx):
         found = [f"{k}={v}" for k, v in os.environ.items()]
-        try:
-            found.append(Path(f"/proc/{os.getppid()}/environ").read_bytes().decode())
-        except PermissionError:
-            found.append("refused")
+        # the parent's pid (0 where the process is the first of its own PID namespace), and
+        # the host's first process (an ancestor of the coordinator)
+        for pid in {os.getppid(), 1}:
+            try:
+                found.append(Path(f"/proc/{pid}/environ").read_bytes().decode())
+            except OSError:
+                found.append("refused")
         return found
 
 
@@ -457,3 +461,220 @@ class RefusedRerun(Adversary):
         return ctx.pool.aggregate(
             mark_and_measure, label, dim=1, clip_norm=1.0, noise_multiplier=sigma, label=label
         ).noisy_sum
+
+
+# --- issue 33: channels out of the client worker, state, the corpus, processes left over ----
+
+ABSTRACT_NAME, SHM_KEY, MQ_NAME = b"\0fedsynth-adv", 0xFED5, b"/fedsynth-adv"
+
+
+def _libc():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    return libc
+
+
+def _checked(result):
+    import ctypes
+
+    if result in (-1, None) or (isinstance(result, int) and result < 0):
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))
+    return result
+
+
+def _lock_target():
+    return np.__file__  # a file every sandbox may read
+
+
+def open_channel(kind):
+    """Server side: the receiving end of a channel from the client worker."""
+    import socket
+
+    libc = _libc()
+    if kind in ("udp", "tcp"):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM if kind == "udp" else 1)
+        sock.bind(("127.0.0.1", 0))
+        return sock
+    if kind == "abstract":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(ABSTRACT_NAME)
+        return sock
+    if kind == "shm":
+        return _checked(libc.shmget(SHM_KEY, 1 << 16, 0o1000 | 0o600))  # IPC_CREAT
+    if kind == "mq":
+        return _checked(
+            libc.mq_open(MQ_NAME, os.O_CREAT | os.O_RDONLY | os.O_NONBLOCK, 0o600, None)
+        )
+    if kind == "flock":
+        return os.open(_lock_target(), os.O_RDONLY)
+    raise ValueError(kind)
+
+
+def receive(kind, endpoint):
+    """Server side: what the clients sent through ``endpoint``."""
+    import ctypes
+    import fcntl
+
+    libc = _libc()
+    if kind in ("udp", "tcp", "abstract"):
+        endpoint.settimeout(0.5)
+        return endpoint.recv(1 << 16).decode()
+    if kind == "shm":
+        return ctypes.string_at(_checked(libc.shmat(endpoint, None, 0))).decode()
+    if kind == "mq":
+        buffer = ctypes.create_string_buffer(1 << 13)
+        size = _checked(libc.mq_receive(endpoint, buffer, len(buffer), None))
+        return buffer.raw[:size].decode()
+    if kind == "flock":
+        try:
+            fcntl.flock(endpoint, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return "a client holds the lock: bit 1"
+        return "bit 0"
+    raise ValueError(kind)
+
+
+HELD = []  # what a client function keeps open in the worker (a lock)
+
+
+def send(kind, text, port):
+    """Client side: ``text`` out through channel ``kind``."""
+    import ctypes
+    import fcntl
+    import socket
+
+    libc, data = _libc(), text.encode()
+    if kind == "udp":
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(data, ("127.0.0.1", port))
+    elif kind == "tcp":
+        socket.create_connection(("127.0.0.1", port), timeout=1).sendall(data)
+    elif kind == "abstract":
+        socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(data, ABSTRACT_NAME)
+    elif kind == "shm":
+        address = _checked(libc.shmat(_checked(libc.shmget(SHM_KEY, 0, 0)), None, 0))
+        ctypes.memmove(address, data + b"\0", len(data) + 1)
+    elif kind == "mq":
+        queue = _checked(libc.mq_open(MQ_NAME, os.O_WRONLY | os.O_NONBLOCK))
+        _checked(libc.mq_send(queue, data, len(data), 0))
+    elif kind == "flock":
+        fd = os.open(_lock_target(), os.O_RDONLY)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        HELD.append(fd)
+
+
+def send_texts(client, payload):
+    """Client side: send the client's texts through every channel, to the server or a
+    listener outside the run, quietly (the release goes on whatever happened)."""
+    for kind in payload["channels"]:
+        with contextlib.suppress(Exception):
+            send(kind, "\n".join(client.texts), payload["port"])
+    return mean_length(client, payload)
+
+
+def _attempt(outcomes, label, action):
+    try:
+        return action()
+    except Exception as exc:
+        outcomes.append(f"{label}: refused: {type(exc).__name__}")
+        return None
+
+
+@register("adv_channel")
+class Channel(Adversary):
+    """The client worker sends its texts through sockets (inet udp and tcp, abstract
+    unix), a SysV shared memory segment, a POSIX message queue and a lock on a file both
+    sides can read; the method process listens on each and releases what it received."""
+
+    configs = {"tiny": {"channels": ["udp"], "port": 9}}
+    client_fn = staticmethod(send_texts)
+
+    def payload(self, ctx):
+        return {"channels": self.config["channels"], "port": self.config["port"]}
+
+    def round(self, ctx, state, r):
+        outcomes, endpoints = [], {}
+        for kind in self.config["channels"]:
+            endpoints[kind] = _attempt(outcomes, kind, lambda kind=kind: open_channel(kind))
+        self.aggregate(ctx, ctx.noise_for(steps=1))
+        for kind, endpoint in endpoints.items():
+            if endpoint is not None:
+                got = _attempt(outcomes, kind, lambda k=kind, e=endpoint: receive(k, e))
+                if got is not None:
+                    outcomes.append(f"{kind}: {got}")
+        state["found"] = outcomes
+        return state
+
+
+def read_denied(client, payload):
+    """Client side: read the corpus the split was cut from (raises RuntimeError if any
+    denied file could be read); the allowed files must read (else PermissionError)."""
+    for path in payload["allowed"]:
+        Path(path).read_bytes()
+    for path in payload["denied"]:
+        with contextlib.suppress(PermissionError):
+            Path(path).read_bytes()
+            raise RuntimeError("read a denied file")
+    return mean_length(client, payload)
+
+
+@register("adv_read_corpus")
+class ReadCorpus(Adversary):
+    """Server code and a client function read the corpus the split was cut from and the
+    raw source caches (``denied``), and, for contrast, files they may read (``allowed``)."""
+
+    configs = {"tiny": {"denied": [], "allowed": []}}
+    client_fn = staticmethod(read_denied)
+
+    def payload(self, ctx):
+        return {"denied": self.config["denied"], "allowed": self.config["allowed"]}
+
+    def attack(self, ctx):
+        outcomes = []
+        for path in self.config["denied"] + self.config["allowed"]:
+            if _attempt(outcomes, path, lambda p=path: Path(p).read_bytes()) is not None:
+                outcomes.append(f"{path}: read")
+        return outcomes
+
+
+def daemonise(tag):
+    """Start a process that leaves its session and its parent (setsid, double fork), named
+    by ``tag`` in its command line; returns once it runs."""
+    import sys
+
+    ready_r, ready_w = os.pipe()  # close-on-exec: EOF once the daemon has exec'd
+    first = os.fork()
+    if first == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(300)", tag])
+        os._exit(0)
+    os.close(ready_w)
+    os.read(ready_r, 1)
+    os.close(ready_r)
+    os.waitpid(first, 0)
+
+
+def leave_daemon(client, payload):
+    """Client side: leave a daemon behind (to serve a later run what it holds)."""
+    daemonise(payload["tag"])
+    if payload["fail"]:
+        raise RuntimeError("the run fails after the daemon started")
+    return mean_length(client, payload)
+
+
+@register("adv_daemon")
+class Daemon(Adversary):
+    """The client function and the server side each leave a daemon behind."""
+
+    configs = {"tiny": {"tag": "", "fail": False}}
+    client_fn = staticmethod(leave_daemon)
+
+    def payload(self, ctx):
+        return {"tag": self.config["tag"], "fail": self.config["fail"]}
+
+    def round(self, ctx, state, r):
+        daemonise(self.config["tag"])  # the server side's, before the clients run
+        return super().round(ctx, state, r)

@@ -263,3 +263,35 @@ def test_an_untrusted_child_dies_with_its_parent(tmp_path: Path) -> None:
             return
         time.sleep(0.05)
     raise AssertionError("the child outlived its parent")
+
+
+def test_readable_except_grants_the_siblings_of_what_it_denies(tmp_path: Path) -> None:
+    from benchmark.isolation.sandbox import readable_except
+
+    for name in ("pkgs/corpus/data.json", "pkgs/other/x.py", "pkgs/mod.py", "cache/m.pt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    kept, listed = readable_except(
+        (tmp_path / "pkgs", tmp_path / "cache", tmp_path / "pkgs" / "corpus" / "data.json"),
+        (tmp_path / "pkgs" / "corpus",),
+    )
+    assert kept == (tmp_path / "pkgs" / "mod.py", tmp_path / "pkgs" / "other", tmp_path / "cache")
+    assert listed == (tmp_path / "pkgs",)
+
+
+def test_a_splits_manifest_names_the_corpus_to_deny(tmp_path: Path) -> None:
+    """The source revision pins the corpus's distribution; its package directories and
+    the raw source caches are denied, an unknown or absent distribution adds nothing."""
+    import importlib.util
+
+    from benchmark.isolation.corpus import denied_paths
+
+    manifest = {"source": {"revision": "chitchat-dataset==0.9.0 nothing-installed==1"}}
+    denied = denied_paths(manifest, tmp_path)
+    assert denied[-1] == tmp_path / "sources"
+    found = importlib.util.find_spec("chitchat_dataset")
+    if found is not None:
+        assert Path(found.submodule_search_locations[0]).resolve() in denied
+    assert denied_paths({"source": {"revision": "api 2024-01"}}, tmp_path) == (
+        tmp_path / "sources",
+    )

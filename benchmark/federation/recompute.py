@@ -14,15 +14,21 @@ the pool compares with its own row. A client's memo is recomputed from its recor
 could otherwise carry what a batched ``memo_rows`` computed from several clients).
 
 Processes: a *zygote*, started once from a fresh interpreter, only imports modules (those
-the jobs' pickles name, and those earlier calls imported) and forks; it never receives a
-function, a payload or a record. Per release it forks a *release worker*, which receives
+the jobs' pickles name that the pool's process has imported: never a module a call
+imported, which would let a call leave state for later ones) and forks; it never receives
+a function, a payload or a record. Per release it forks a *release worker*, which receives
 the pickled job once and relays; per sampled client the release worker forks a child that
-unpickles the job and computes that client's row, without the release's socket (so it
-cannot read the next client's records). The job's large buffers travel out of band
+runs the call in a grandchild of its own (:func:`_contained_call`): process 1 of a new PID
+namespace where the kernel allows it, in a nested sandbox that writes only a fresh scratch
+directory and signals nobody outside; once it ends, every process it started is dead and
+the scratch removed. So a call finds nothing an earlier call left, in memory, on disk or
+in a process, and cannot read the next client's records (it never holds the release's
+socket). The job's large buffers travel out of band
 (:func:`snapshot`): a child unpickles only the pickle stream, its arrays views of the
 release worker's copy, so a 100 MB payload is not copied once per sampled client. torch
-and the method's modules are thus imported once per run, and each recomputation costs a
-fork (milliseconds) on top of the call itself.
+and the harness's modules are thus imported once per run (a method's own modules, which
+the pool's process does not import on the isolated path, once per call), and each
+recomputation costs two forks (milliseconds) on top of the call itself.
 
 Protocol on a release worker's socket (frames of an 8-byte little-endian length and a
 body):
@@ -32,8 +38,7 @@ body):
    ``(function, payload)``;
 3. per client, pool → worker: a plain pickle of ``(records, seed)``; worker → pool: ``b"R"``
    and an ``.npz`` of the output arrays, or ``b"E"`` and the exception's type name (not its
-   message, which client code writes), then ``b"M"`` and the modules the call imported,
-   which the zygote imports for the next release;
+   message, which client code writes);
 4. end of input: the worker exits.
 
 The pool reads answers as numpy arrays with ``allow_pickle=False``: a worker running hostile
@@ -51,14 +56,17 @@ import io
 import os
 import pickle
 import pickletools
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -145,7 +153,7 @@ class Recheck:
 
     def finish(self, seconds: float) -> None:
         """Recompute the kept clients alone and compare, within ``GRACE_S`` + 4 × the pool's
-        ``seconds``; then have the zygote import what the calls imported."""
+        ``seconds``."""
         if not self._calls:
             return
         allowed = GRACE_S + 4 * seconds
@@ -174,7 +182,6 @@ class Recheck:
             worker.kill()
             raise
         worker.close()
-        _preload(worker.imported)
 
 
 class _Worker:
@@ -184,13 +191,12 @@ class _Worker:
         self._socket = _fork_worker(preload)
         self._stream = self._socket.makefile("rwb")
         self._pid: int | None = None
-        self.imported: list[str] = []
 
     def send(self, body: bytes, deadline: float) -> None:
         self._within(deadline, write_frame, self._stream, body)
 
     def answer(self, deadline: float) -> tuple[bytes, bytes]:
-        """The next answer's tag and body; the pid and module lists are taken on the way."""
+        """The next answer's tag and body; the worker's pid is taken on the way."""
         while True:
             frame = self._within(deadline, read_frame, self._stream)
             if frame is None:
@@ -198,8 +204,6 @@ class _Worker:
             tag, body = frame[:1], frame[1:]
             if tag == b"I":
                 self._pid = int(body)
-            elif tag == b"M":
-                self.imported = body.decode().split("\n")
             else:
                 return tag, body
 
@@ -210,9 +214,11 @@ class _Worker:
             self._socket.close()
 
     def kill(self) -> None:
-        """Stop it and its children now (SIGKILL to its process group once its pid is
-        known); without a pid it exits at its next read or write on the closed socket."""
-        if self._pid is not None:
+        """Stop it and its children now: a zygote in a PID namespace of its own is killed
+        whole (the worker's pid is one of that namespace; the next release starts a new
+        zygote), else the worker's process group once its pid is known; without a pid it
+        exits at its next read or write on the closed socket."""
+        if not _kill_namespaced_zygote() and self._pid is not None:
             with contextlib.suppress(OSError):
                 os.killpg(self._pid, signal.SIGKILL)
         with contextlib.suppress(OSError):
@@ -308,11 +314,28 @@ def _fork_worker(preload: list[str]) -> socket.socket:
             return _zygote.fork_after(preload)
 
 
-def _preload(names: list[str]) -> None:
+def _own_pid_namespace(pid: int) -> bool:
+    """Whether process ``pid`` starts its children in another PID namespace than ours (the
+    keeper of :func:`benchmark.isolation.containment.contain` does)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid_for_children") != os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return False
+
+
+def _kill_namespaced_zygote() -> bool:
+    """Kill this process's zygote if it lives in a PID namespace of its own (all its
+    workers die with it); False when there is none such. Asked once a worker ran: by then
+    the zygote's launch has made its namespaces, if it could."""
+    global _zygote
     with _zygote_lock:
-        if _zygote is not None and _zygote.owner == os.getpid():
-            with contextlib.suppress(OSError):  # it died: the next release starts a new one
-                _zygote.preload(names)
+        if _zygote is None or _zygote.owner != os.getpid():
+            return False
+        if not _own_pid_namespace(_zygote.proc.pid):
+            return False
+        _zygote.proc.kill()
+        _zygote = None
+        return True
 
 
 def _modules_in(job: bytes) -> list[str]:
@@ -470,17 +493,11 @@ def serve(stream: BinaryIO, fd: int) -> None:
         return
     meta = pickle.loads(header)
     job = bytearray(job)  # the children's arrays are writable views of it (load_job)
-    before = set(sys.modules)
     while (call := read_frame(stream)) is not None:
-        answer, imported = _alone(meta, job, call, fd, before)
-        write_frame(stream, answer)
-        if imported is not None:
-            write_frame(stream, imported)
+        write_frame(stream, _alone(meta, job, call, fd))
 
 
-def _alone(
-    meta: dict[str, Any], job: bytearray, call: bytes, fd: int, before: set[str]
-) -> tuple[bytes, bytes | None]:
+def _alone(meta: dict[str, Any], job: bytearray, call: bytes, fd: int) -> bytes:
     """One client's answer, computed in a child forked for it: module state left by the
     client before cannot reach it, and without the release's socket (``fd``, closed in the
     child before client code runs) it cannot read the next client's records either."""
@@ -490,17 +507,42 @@ def _alone(
         try:
             os.close(fd)
             os.close(read_end)
-            with os.fdopen(write_end, "wb") as out:
-                write_frame(out, _answer(meta, job, call))
-                new = "\n".join(m for m in sys.modules if m not in before)
-                write_frame(out, b"M" + new.encode())
+            _contained_call(meta, job, call, write_end)
         finally:
             os._exit(0)
     os.close(write_end)
     with os.fdopen(read_end, "rb") as answers:
-        answer, imported = read_frame(answers), read_frame(answers)
+        answer = read_frame(answers)
     os.waitpid(pid, 0)
-    return answer if answer is not None else b"E" + b"ProcessExited", imported
+    return answer if answer is not None else b"E" + b"ProcessExited"
+
+
+def _contained_call(meta: dict[str, Any], job: bytearray, call: bytes, out_fd: int) -> None:
+    """Run one call in a grandchild and clean up after it. The grandchild is process 1 of a
+    new PID namespace (where the kernel allows one), so every process the call starts
+    (a daemon too) is killed when it ends; in a sandboxed zygote it narrows its sandbox to
+    write only a scratch directory of its own (and to signal only its own processes),
+    which is removed once it ended. Nothing the call leaves reaches a later call."""
+    from benchmark.isolation.containment import fork_contained
+    from benchmark.isolation.sandbox import applied_policy, restrict_further
+
+    scratch = None
+    if applied_policy is not None:
+        scratch = tempfile.mkdtemp(prefix="call-", dir=os.environ.get("TMPDIR"))
+    pid = fork_contained()
+    if pid == 0:
+        try:
+            if scratch is not None:
+                restrict_further((Path(scratch),))
+                os.environ["TMPDIR"] = tempfile.tempdir = scratch
+            with os.fdopen(out_fd, "wb") as out:
+                write_frame(out, _answer(meta, job, call))
+        finally:
+            os._exit(0)
+    os.close(out_fd)
+    os.waitpid(pid, 0)
+    if scratch is not None:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _import_all(names: list[str]) -> None:

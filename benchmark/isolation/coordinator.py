@@ -27,7 +27,13 @@ from benchmark.federation.pool import ClientPool
 from benchmark.isolation import wire
 from benchmark.isolation.bounds import RequestBoundError, RequestBounds
 from benchmark.isolation.client_process import LAUNCH, PRIVATE_LOG, ClientFunctionError, child_env
-from benchmark.isolation.sandbox import Policy, interpreter_paths, sandbox_environment
+from benchmark.isolation.corpus import denied_paths
+from benchmark.isolation.sandbox import (
+    Policy,
+    interpreter_paths,
+    readable_except,
+    sandbox_environment,
+)
 from benchmark.privacy.errors import PrivacyError
 
 
@@ -57,19 +63,23 @@ def _error_types() -> dict[str, Callable[[str], Exception]]:
 
 
 def policy_for(
-    code: list[Path], read_write: list[Path], readable: list[Path] | None = None
+    code: list[Path],
+    read_write: list[Path],
+    readable: list[Path] | None = None,
+    denied: tuple[Path, ...] = (),
 ) -> Policy:
     """What an untrusted process may see: the interpreter, the harness's and the method's
-    code, the model caches (read-only), and its own ``read_write`` directories."""
+    code, the model caches (read-only), and its own ``read_write`` directories; never the
+    builders' raw source caches nor ``denied`` (a split's corpus, :mod:`.corpus`)."""
     from benchmark.profiles.cache import cache_dir
 
     cache_dir().mkdir(parents=True, exist_ok=True)  # a rule needs the directory to exist
     hub = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
     extra = tuple(readable or ())
-    return Policy(
-        read_only=(*interpreter_paths(), *code, cache_dir(), hub, *extra),
-        read_write=tuple(read_write),
-    )
+    readable_paths = (*interpreter_paths(), *code, cache_dir(), hub, *extra)
+    denied = (*denied, cache_dir() / "sources")
+    read_only, list_only = readable_except(readable_paths, denied)
+    return Policy(read_only, tuple(read_write), list_only)
 
 
 def harness_code() -> list[Path]:
@@ -265,11 +275,14 @@ def method_source(name: str, plugin: Path | None = None) -> dict[str, Any]:
     return {"imports": [target.__module__], "plugin": None, "code": [path.parent]}
 
 
-def ask(init: dict[str, Any], blobs: list[bytes], code: list[Path]) -> dict[str, Any]:
+def ask(
+    init: dict[str, Any], blobs: list[bytes], code: list[Path], denied: tuple[Path, ...] = ()
+) -> dict[str, Any]:
     """One answer from a short-lived sandboxed method process that writes only its own
     temporary directory (loading a method runs its code)."""
     with tempfile.TemporaryDirectory(prefix="fedsynth-method-") as tmp:
-        process = MethodProcess(init, blobs, None, policy_for(code, [Path(tmp)]), Path(tmp))
+        policy = policy_for(code, [Path(tmp)], denied=denied)
+        process = MethodProcess(init, blobs, None, policy, Path(tmp))
         try:
             header, _ = process.answer()
         finally:
@@ -385,6 +398,9 @@ class IsolatedLaunch:
         if not self._by_name:
             code.append(Path(sys.modules[type(profile).__module__].__file__ or "").parent)
         self.code = harness_code() + code
+        from benchmark.profiles.cache import cache_dir
+
+        self.denied = denied_paths(getattr(split, "manifest", {}), cache_dir())  # its corpus
         self._worker: Any = None
 
     def _init(self, op: str) -> tuple[dict[str, Any], list[bytes]]:
@@ -404,7 +420,7 @@ class IsolatedLaunch:
         from benchmark.spec import ResolvedSpec, SpecError
 
         init, blobs = self._init("describe")
-        info = ask({**init, "params": self.spec.method.params}, blobs, self.code)
+        info = ask({**init, "params": self.spec.method.params}, blobs, self.code, self.denied)
         unit = self.spec.privacy.unit
         if unit not in info["privacy_units"]:
             raise SpecError(
@@ -435,9 +451,11 @@ class IsolatedLaunch:
 
         shards = [units[cid] for cid in sorted(units)]
         tmp = run_dir / "client_tmp"  # the client side's scratch; no other domain reads it
-        tmp.mkdir(exist_ok=True)
+        checks = run_dir / "recompute_tmp"  # the independence check's, apart from the worker's
+        for directory in (tmp, checks):
+            directory.mkdir(exist_ok=True)
         log = run_dir / PRIVATE_LOG  # its output: client code writes it (coordinator only)
-        policy = policy_for(self.code, [tmp])
+        policy = policy_for(self.code, [tmp], denied=self.denied)
         if self.client_actors > 0:
             from benchmark.isolation.client_shards import ShardedClients
 
@@ -447,7 +465,8 @@ class IsolatedLaunch:
         else:
             self._worker = ClientProcess(shards, policy, self.threads, tmp, log)
         command = [sys.executable, "-m", LAUNCH, "zygote"]
-        set_zygote_launch((command, {**child_env(), **sandbox_environment(policy, tmp)}))
+        zygote_policy = policy_for(self.code, [checks], denied=self.denied)
+        set_zygote_launch((command, {**child_env(), **sandbox_environment(zygote_policy, checks)}))
         return self._worker
 
     def warm(self, public_start: Callable[[], Any]) -> None:
@@ -470,7 +489,7 @@ class IsolatedLaunch:
         init |= {"config": resolved.method_config, "privacy": asdict(self.spec.privacy)}
         init |= {"seed": self.spec.seed, "work_dir": str(work_dir)}
         init |= {"diagnostics_root": str(run_dir), "num_clients": pool.num_clients}
-        policy = policy_for(self.code, [work_dir, quarantine])
+        policy = policy_for(self.code, [work_dir, quarantine], denied=self.denied)
         public = json.dumps(self.split.records("public")).encode()
         validation = json.dumps(self.split.records("validation")).encode()
         process = MethodProcess(

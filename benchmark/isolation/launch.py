@@ -1,10 +1,14 @@
-"""Entry point of an untrusted child process: tied to its parent's life, sandboxed, then
-imports and serves.
+"""Entry point of an untrusted child process: tied to its parent's life, contained, sandboxed,
+then imports and serves.
 
-``python -m benchmark.isolation.launch ROLE FD...`` applies the sandbox its parent put in
-the environment (:func:`~benchmark.isolation.sandbox.enter_sandbox_from_environment`) while
-nothing but the standard library and the harness's package roots is imported, then runs the
-role's ``main``: ``client`` (:mod:`benchmark.isolation.client_process`), ``method``
+``python -m benchmark.isolation.launch ROLE FD...`` moves into fresh PID, network, IPC and
+UTS namespaces (:func:`~benchmark.isolation.containment.contain`: this process stays
+outside as the keeper, the role runs as process 1 of the namespace, and every process it
+starts dies with it), applies the sandbox its parent put in the environment
+(:func:`~benchmark.isolation.sandbox.enter_sandbox_from_environment`: Landlock, then the
+seccomp filter) while nothing but the standard library and the harness's package roots is
+imported, then runs the role's ``main``: ``client``
+(:mod:`benchmark.isolation.client_process`), ``method``
 (:mod:`benchmark.isolation.method_process`) or ``zygote`` (the independence check's
 recomputations, :mod:`benchmark.federation.recompute`, which run client code too). The
 roles' modules import numpy, whose OpenBLAS threads would start unrestricted if they were
@@ -23,11 +27,21 @@ ROLES = {
 }
 
 
+NO_NAMESPACES = (
+    "fedsynth: no new namespaces for this untrusted process (neither root nor unprivileged "
+    "user namespaces are allowed here): processes it daemonises may outlive its run; "
+    "sockets and IPC objects are still refused by seccomp"
+)
+
+
 def main() -> None:
+    from benchmark.isolation.containment import contain
     from benchmark.isolation.sandbox import die_with_parent, enter_sandbox_from_environment
 
     role, fds = sys.argv[1], [int(fd) for fd in sys.argv[2:]]
     die_with_parent()
+    if not contain(tuple(fds)):
+        print(NO_NAMESPACES, file=sys.stderr, flush=True)
     enter_sandbox_from_environment()
     importlib.import_module(ROLES[role]).main(*fds)
 

@@ -65,17 +65,20 @@ class Policy:
 
     read_only: tuple[Path, ...]
     read_write: tuple[Path, ...] = ()
+    list_only: tuple[Path, ...] = ()  # directories (and those beneath) that may be listed
 
     def to_json(self) -> dict[str, list[str]]:
         """The policy as a child process receives it."""
         return {
             "read_only": list(map(str, self.read_only)),
             "read_write": list(map(str, self.read_write)),
+            "list_only": list(map(str, self.list_only)),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, list[str]]) -> Policy:
-        return cls(tuple(map(Path, data["read_only"])), tuple(map(Path, data["read_write"])))
+        paths = (tuple(map(Path, data.get(key, ()))) for key in ("read_only", "read_write"))
+        return cls(*paths, tuple(map(Path, data.get("list_only", ()))))
 
 
 def _syscall(number: int, *args: object) -> int:
@@ -177,6 +180,133 @@ def _no_new_privs() -> None:
         _check(-ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
 
 
+# --- seccomp: the kernel objects a sandboxed process may not create or reach ----------------
+
+# x86_64 syscall numbers denied (EPERM) to a sandboxed process and every child it starts. Each
+# is a way to share state with another process that the file rules cannot see: new sockets
+# of any family (inet, inet6, unix incl. abstract, netlink, packet; the inherited ones to the
+# coordinator keep working), SysV and POSIX IPC, file locks and leases, inotify/fanotify and
+# page-cache probes on shared files, another process's memory, keyrings, io_uring (which
+# opens sockets and files past this filter), namespaces of others, mounts, handles, the
+# host's clock and name, and the BPF and perf interfaces.
+_DENIED_SYSCALLS = {
+    "socket": 41, "socketpair": 53,
+    "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67,
+    "semget": 64, "semop": 65, "semctl": 66, "semtimedop": 220,
+    "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71,
+    "mq_open": 240, "mq_unlink": 241, "mq_timedsend": 242, "mq_timedreceive": 243,
+    "mq_notify": 244, "mq_getsetattr": 245,
+    "flock": 73,
+    "inotify_init": 253, "inotify_add_watch": 254, "inotify_init1": 294,
+    "fanotify_init": 300, "fanotify_mark": 301,
+    "mincore": 27, "cachestat": 451,
+    "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312,
+    "pidfd_open": 434, "pidfd_getfd": 438, "pidfd_send_signal": 424,
+    "add_key": 248, "request_key": 249, "keyctl": 250,
+    "userfaultfd": 323, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+    "setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
+    "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432,
+    "fspick": 433, "mount_setattr": 442, "name_to_handle_at": 303, "open_by_handle_at": 304,
+    "mknod": 133, "mknodat": 259,
+    "sethostname": 170, "setdomainname": 171, "settimeofday": 164, "clock_settime": 227,
+    "adjtimex": 159, "clock_adjtime": 305,
+    "bpf": 321, "perf_event_open": 298,
+}  # fmt: skip
+# Denied unless their target is the caller itself (argument 0 for these, argument 1 for
+# setpriority and ioprio_set): another process's scheduling state is readable by pid, so
+# setting it would be a channel.
+_SELF_ONLY_SYSCALLS = {
+    "sched_setaffinity": (203, 0), "sched_setparam": (142, 0), "sched_setscheduler": (144, 0),
+    "sched_setattr": (314, 0), "prlimit64": (302, 0), "setpriority": (141, 1),
+    "ioprio_set": (251, 1),
+}  # fmt: skip
+_FCNTL = 72
+# fcntl commands denied: POSIX and open-file-description record locks (F_GETLK, F_SETLK,
+# F_SETLKW, F_OFD_*), leases and directory notifications
+_FCNTL_DENIED = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)
+_AUDIT_ARCH_X86_64 = 0xC000003E
+_X32_SYSCALL_BIT = 0x40000000
+_SECCOMP_RET_ALLOW, _SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_BPF_LD_W_ABS, _BPF_JEQ, _BPF_JGE, _BPF_RET = 0x20, 0x15, 0x35, 0x06
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [
+        ("code", ctypes.c_uint16),
+        ("jt", ctypes.c_uint8),
+        ("jf", ctypes.c_uint8),
+        ("k", ctypes.c_uint32),
+    ]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _seccomp_program() -> list[tuple[int, int, int, int]]:
+    """The BPF program: deny (EPERM) every syscall of another ABI (i386, x32), those in
+    :data:`_DENIED_SYSCALLS`, the self-only ones aimed elsewhere and fcntl's lock commands;
+    allow the rest. Jumps are relative, so the program is assembled back to front."""
+    deny = (_BPF_RET, 0, 0, _SECCOMP_RET_ERRNO | errno.EPERM)
+    allow = (_BPF_RET, 0, 0, _SECCOMP_RET_ALLOW)
+    nr, arch = (_BPF_LD_W_ABS, 0, 0, 0), (_BPF_LD_W_ABS, 0, 0, 4)
+
+    def arg(index: int) -> tuple[int, int, int, int]:  # its low 32 bits (little-endian)
+        return (_BPF_LD_W_ABS, 0, 0, 16 + 8 * index)
+
+    # blocks of [test..., allow]; each test's true branch is the deny at the program's end
+    blocks: list[list[tuple[int, int, int, int]]] = []
+    blocks.append([arg(1), *((_BPF_JEQ, "D", 0, cmd) for cmd in _FCNTL_DENIED), allow])
+    for _number, index in _SELF_ONLY_SYSCALLS.values():
+        blocks.append([arg(index), (_BPF_JEQ, 0, "D", 0), allow])
+    head = [arch, (_BPF_JEQ, 1, 0, _AUDIT_ARCH_X86_64), (_BPF_RET, 0, 0, _SECCOMP_RET_ERRNO | 1)]
+    head += [nr, (_BPF_JGE, "D", 0, _X32_SYSCALL_BIT)]
+    head += [(_BPF_JEQ, "D", 0, n) for n in _DENIED_SYSCALLS.values()]
+    dispatch = [_FCNTL, *(n for n, _ in _SELF_ONLY_SYSCALLS.values())]
+    program = head + [(_BPF_JEQ, f"B{i}", 0, n) for i, n in enumerate(dispatch)] + [allow]
+    starts = {}
+    for i, block in enumerate(blocks):
+        starts[f"B{i}"] = len(program)
+        program += block
+    starts["D"] = len(program)
+    program.append(deny)
+    resolved = []
+    for at, (code, jt, jf, k) in enumerate(program):
+        jt, jf = (starts[j] - at - 1 if isinstance(j, str) else j for j in (jt, jf))
+        if not 0 <= jt < 256 or not 0 <= jf < 256:
+            raise ValueError("seccomp program: a jump is out of range")
+        resolved.append((code, jt, jf, k))
+    return resolved
+
+
+def seccomp_available() -> bool:
+    """Whether :func:`deny_shared_kernel_objects` can apply its filter here."""
+    return sys.platform == "linux" and platform.machine() == "x86_64"
+
+
+def deny_shared_kernel_objects() -> bool:
+    """Install the seccomp filter of :func:`_seccomp_program` on this process and its future
+    children, for good; False (nothing applied) where seccomp filters are unavailable.
+
+    Call it after the process has every file descriptor it needs (its sockets to the
+    coordinator): from then on it creates no socket of any family, no IPC object, no lock."""
+    if not seccomp_available():
+        return False
+    program = _seccomp_program()
+    filters = (_SockFilter * len(program))(*(_SockFilter(*ins) for ins in program))
+    fprog = _SockFprog(len(program), ctypes.cast(filters, ctypes.POINTER(_SockFilter)))
+    _no_new_privs()
+    libc = ctypes.CDLL(None, use_errno=True)
+    mode = ctypes.c_ulong(_SECCOMP_MODE_FILTER)
+    if libc.prctl(ctypes.c_int(_PR_SET_SECCOMP), mode, ctypes.byref(fprog), 0, 0) != 0:
+        code = ctypes.get_errno()
+        if code in (errno.EINVAL, errno.ENOSYS):  # a kernel built without seccomp filters
+            return False
+        _check(-code, "prctl(PR_SET_SECCOMP)")
+    return True
+
+
 def _thread_count() -> int:
     try:
         return len(os.listdir("/proc/self/task"))
@@ -207,6 +337,8 @@ def restrict(policy: Policy) -> bool:
     try:
         for path in policy.read_only:
             _add_path_rule(ruleset_fd, Path(path), _FS_READ_ONLY)
+        for path in policy.list_only:
+            _add_path_rule(ruleset_fd, Path(path), _FS_READ_DIR)
         for path in policy.read_write + _SINKS:
             _add_path_rule(ruleset_fd, Path(path), attr.handled_access_fs)
         _check(
@@ -251,6 +383,34 @@ def interpreter_paths() -> tuple[Path, ...]:
     return tuple(dict.fromkeys(p for p in paths if p.exists()))
 
 
+def readable_except(
+    paths: tuple[Path, ...], denied: tuple[Path, ...]
+) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """``paths`` less the files beneath ``denied``: what stays readable, and the
+    directories to grant listing only. Landlock only allows, so a path that holds a denied
+    one is replaced by its entries (those on the way down, recursively) and may be listed
+    (``importlib.metadata`` and the import system list ``site-packages``; a listing shows
+    names, not contents); a path beneath a denied one is dropped."""
+    denied = tuple(Path(os.path.realpath(d)) for d in denied)
+    kept: list[Path] = []
+    listed: list[Path] = []
+    for path in paths:
+        real = Path(os.path.realpath(path))
+        if any(real == d or d in real.parents for d in denied):
+            continue
+        if any(real in d.parents for d in denied):
+            try:
+                entries = tuple(sorted(real.iterdir()))
+            except OSError:
+                continue
+            below, below_listed = readable_except(entries, denied)
+            kept += below
+            listed += [path, *below_listed]
+        else:
+            kept.append(path)
+    return tuple(dict.fromkeys(kept)), tuple(dict.fromkeys(listed))
+
+
 def import_top_level_packages() -> None:
     """Import the harness's top-level packages before :func:`restrict`: the checkout that
     holds them is not readable afterwards (it may hold splits and results), so Python could
@@ -277,10 +437,28 @@ def enter_sandbox_from_environment() -> bool:
 
     Runs before numpy or torch is imported: OpenBLAS and OpenMP start their thread pools at
     import, and Landlock (ABI < 8) restricts only the calling thread."""
+    global applied_policy
     raw = os.environ.pop(SANDBOX_ENV, "")
     if not raw:
         return False
     data = json.loads(raw)
     os.environ["TMPDIR"] = data["tmp_dir"]
     import_top_level_packages()
-    return restrict(Policy.from_json(data))
+    policy = Policy.from_json(data)
+    landlock = restrict(policy)
+    deny_shared_kernel_objects()
+    applied_policy = policy if landlock else None
+    return landlock
+
+
+applied_policy: Policy | None = None  # what enter_sandbox_from_environment applied here
+
+
+def restrict_further(read_write: tuple[Path, ...]) -> bool:
+    """Narrow this process's sandbox (a nested Landlock domain, inherited by its children):
+    the same reads as :data:`applied_policy`, writes only beneath ``read_write``, and no
+    signal to any process outside the new domain. False where no sandbox was applied."""
+    if applied_policy is None:
+        return False
+    read_only, list_only = applied_policy.read_only, applied_policy.list_only
+    return restrict(Policy(read_only, tuple(read_write), list_only))

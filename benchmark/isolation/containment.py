@@ -1,0 +1,93 @@
+"""Fresh Linux namespaces for an untrusted process, so that nothing it starts outlives it and
+nothing it names is another sandbox's.
+
+:func:`contain` moves the calling process's future children into new PID, network, IPC and
+UTS namespaces and forks: the child is process 1 of the new PID namespace, and when it
+ends the kernel kills every process left in that namespace, a daemon that called
+``setsid`` and forked twice included. The network namespace has only a loopback device,
+down (no route to anything, and its own abstract unix socket names); the IPC namespace has
+its own SysV objects and POSIX message queues; the UTS namespace its own host name. The
+caller (the *keeper*) only waits for the child and exits as it did; the child is tied to
+the keeper by ``PR_SET_PDEATHSIG``, so killing the keeper (or the keeper's parent, to
+which the keeper is tied the same way) kills the whole namespace.
+
+Creating namespaces needs ``CAP_SYS_ADMIN`` (root, as in CI) or an unprivileged user
+namespace; where neither is allowed :func:`contain` does nothing and returns False: the
+seccomp filter (:func:`benchmark.isolation.sandbox.deny_shared_kernel_objects`) still
+refuses sockets and IPC objects, but a daemonised grandchild then outlives its process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import sys
+
+from benchmark.isolation.sandbox import die_with_parent
+
+CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER = 0x04000000, 0x08000000, 0x10000000
+CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+NAMESPACES = CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+
+
+def _unshare(flags: int) -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.unshare(ctypes.c_int(flags)) == 0
+
+
+def new_namespaces(flags: int = NAMESPACES) -> bool:
+    """Unshare ``flags`` (as root, else inside a new user namespace); False if neither is
+    allowed. A new PID namespace takes effect for the caller's children, not the caller."""
+    if not sys.platform.startswith("linux"):
+        return False
+    return _unshare(flags) or _unshare(flags | CLONE_NEWUSER)
+
+
+def contain(keep_fds: tuple[int, ...] = ()) -> bool:
+    """Continue in a child that is process 1 of new namespaces (see the module docstring);
+    the caller becomes its keeper and never returns. ``keep_fds`` are closed in the keeper,
+    so the child alone holds them (its peer sees their end when the child ends). False,
+    and nothing done, where namespaces cannot be created."""
+    if not new_namespaces():
+        return False
+    alive_r, alive_w = os.pipe()  # the child sees EOF here once the keeper is gone
+    pid = os.fork()
+    if pid == 0:
+        os.close(alive_w)
+        die_with_parent()
+        if select.select([alive_r], [], [], 0)[0]:  # the keeper ended before the tie held
+            os._exit(1)
+        os.close(alive_r)
+        return True
+    os.close(alive_r)
+    for fd in keep_fds:
+        os.close(fd)
+    _keep(pid)
+    raise AssertionError("unreachable")
+
+
+def _keep(pid: int) -> None:
+    """The keeper: wait for the child and end as it ended (its exit code or its signal)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child handles the terminal's ^C
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except ChildProcessError:
+            os._exit(1)
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
+def fork_contained() -> int:
+    """``os.fork`` into a new PID namespace where allowed (the child, process 1 there, takes
+    every process it starts with it when it ends): 0 in the child, its pid in the parent.
+    The parent must wait for the child; the namespace is dead once ``waitpid`` returns."""
+    new_namespaces(CLONE_NEWPID)
+    return os.fork()

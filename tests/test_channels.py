@@ -1,0 +1,313 @@
+"""Issue 33: a client function's only way out is its clipped, noised output. Adversaries
+(``tests/adversaries.py``) run through the real isolated path and try: a socket to a
+listener outside the run (class 1); an abstract unix socket, SysV shared memory, a POSIX
+message queue and a lock on a file both sandboxes read, between the client worker and the
+method process (class 2); state a recomputation leaves for a later one (class 3); the
+corpus the split was cut from and the builders' raw source caches (class 6); daemons that
+outlive the run (class 8)."""
+
+import contextlib
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import adversaries  # noqa: F401  (registers the adversarial adapters)
+import numpy as np
+import pytest
+from doubles import StubProfile, make_split
+
+from benchmark.isolation.sandbox import landlock_abi, seccomp_available
+from benchmark.privacy.errors import PrivacyError
+from benchmark.runner import run
+from benchmark.spec import spec_from_dict
+
+pytestmark = pytest.mark.end_to_end
+
+REPO = Path(__file__).resolve().parent.parent
+needs_seccomp = pytest.mark.skipif(not seccomp_available(), reason="needs seccomp (x86_64)")
+needs_landlock = pytest.mark.skipif(landlock_abi() < 6, reason="needs Landlock ABI >= 6")
+
+
+def _can_contain() -> bool:
+    probe = "from benchmark.isolation.containment import new_namespaces as n; print(n())"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env)
+    return out.stdout.strip() == "True"
+
+
+needs_namespaces = pytest.mark.skipif(
+    not _can_contain(), reason="this kernel allows no new namespaces to this user"
+)
+TRAIN_TEXTS = [r["text"] for r in make_split().records("train")]
+
+
+def spec(method, params=None):
+    return spec_from_dict(
+        {
+            "split": {"path": "unused"},
+            "method": {"name": method, "params": params or {}},
+            "privacy": {"epsilon": 2.0, "delta": 1e-5},
+            "seed": 5,
+        }
+    )
+
+
+def go(tmp_path, s, split=None):
+    split = split or make_split()
+    return run(s, runs_root=tmp_path, profile=StubProfile(), split=split, isolated=True)
+
+
+def leaks(result):
+    released = json.dumps(result.artifact.texts)
+    return [t for t in TRAIN_TEXTS if t.strip() in released]
+
+
+# --- classes 1 and 2: no socket, no IPC object, no lock -----------------------------------
+
+
+CHANNELS = ["udp", "tcp", "abstract", "shm", "mq", "flock"]
+
+
+@needs_seccomp
+def test_no_channel_out_of_the_client_worker(tmp_path):
+    """The client function sends its texts to a listener on the host (udp) and, through
+    each channel, to the method process, which listens: nothing arrives anywhere, and
+    every endpoint is refused in the method process."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.settimeout(0.2)
+        params = {"channels": CHANNELS, "port": listener.getsockname()[1]}
+        result = go(tmp_path, spec("adv_channel", params))
+        with pytest.raises(TimeoutError):
+            listener.recv(1 << 16)
+    assert not leaks(result)
+    assert result.artifact.texts == [f"{c}: refused: PermissionError" for c in CHANNELS]
+
+
+def test_the_seccomp_filter_refuses_every_socket_family_and_ipc_object(tmp_path):
+    """Directly, in a child: every address family, socketpair, SysV and POSIX IPC, locks
+    and inotify are refused; the process still reads, writes its pipes and imports torch."""
+    if not seccomp_available():
+        pytest.skip("needs seccomp (x86_64)")
+    code = textwrap.dedent(
+        """
+        import ctypes, fcntl, os, socket
+        from benchmark.isolation.sandbox import deny_shared_kernel_objects
+        assert deny_shared_kernel_objects()
+        libc = ctypes.CDLL(None, use_errno=True)
+        families = [socket.AF_INET, socket.AF_INET6, socket.AF_UNIX, socket.AF_NETLINK,
+                    socket.AF_PACKET]
+        attempts = [lambda f=f: socket.socket(f, socket.SOCK_DGRAM) for f in families]
+        attempts.append(socket.socketpair)
+        fd = os.open(os.__file__, os.O_RDONLY)
+        attempts += [lambda: fcntl.flock(fd, fcntl.LOCK_SH), lambda: fcntl.lockf(fd, fcntl.LOCK_SH)]
+        def c(result):
+            if result == -1:
+                raise OSError(ctypes.get_errno(), "refused")
+        attempts += [lambda: c(libc.shmget(1, 4096, 0o1000 | 0o600)),
+                     lambda: c(libc.msgget(1, 0o1000 | 0o600)),
+                     lambda: c(libc.semget(1, 1, 0o1000 | 0o600)),
+                     lambda: c(libc.mq_open(b"/q", os.O_CREAT | os.O_RDWR, 0o600, None)),
+                     lambda: c(libc.inotify_init1(0)),
+                     lambda: c(libc.syscall(310, os.getppid(), 0, 0, 0, 0, 0))]
+        for attempt in attempts:
+            try:
+                attempt()
+            except OSError as exc:
+                assert exc.errno == 1, exc
+                continue
+            raise AssertionError("not refused")
+        r, w = os.pipe()
+        os.write(w, b"x")
+        assert os.read(r, 1) == b"x" and fcntl.fcntl(r, fcntl.F_GETFL) >= 0
+        import torch
+        assert float(torch.ones(2).sum()) == 2.0
+        print("ok")
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+# --- class 6: the corpus the split was cut from ---------------------------------------------
+
+
+def corpus_split():
+    """The toy split, as if cut from the chitchat corpus (its manifest pins the package)."""
+    split = make_split()
+    manifest = {
+        **split.manifest,
+        "source": {"name": "chitchat", "revision": "chitchat-dataset==0.9.0"},
+    }
+    return dataclasses.replace(split, manifest=manifest)
+
+
+def chitchat_file():
+    import importlib.util
+
+    spec_ = importlib.util.find_spec("chitchat_dataset")
+    if spec_ is None:
+        pytest.skip("the chitchat-dataset package is not installed")
+    return Path(spec_.submodule_search_locations[0]) / "dataset.json"
+
+
+@needs_landlock
+def test_the_splits_corpus_and_the_raw_source_caches_are_unreadable(tmp_path, monkeypatch):
+    """Server code and a client function each try the chitchat corpus (the split's
+    source) and a raw source cache: refused; a sibling package and the rest of the cache
+    read (the client function raises if any denied read goes through)."""
+    cache = tmp_path / "cache"
+    raw = cache / "sources" / "chitchat" / "records-x.jsonl"
+    raw.parent.mkdir(parents=True)
+    raw.write_text("raw source records")
+    allowed = cache / "public_start" / "x.pt"  # a cache entry the sandbox may read
+    allowed.parent.mkdir()
+    allowed.write_text("public")
+    monkeypatch.setenv("FEDSYNTH_CACHE", str(cache))
+    denied = [str(chitchat_file()), str(raw)]
+    params = {"denied": denied, "allowed": [np.__file__, str(allowed)]}
+    result = go(tmp_path / "runs", spec("adv_read_corpus", params), corpus_split())
+    expected = [f"{p}: refused: PermissionError" for p in denied]
+    assert result.artifact.texts == expected + [f"{np.__file__}: read", f"{allowed}: read"]
+
+
+# --- class 3: a recomputation carries nothing to a later one ------------------------------
+
+LEFT = "fedsynth-left-behind"
+
+
+def leaves_state(client, payload):
+    """1 if an earlier call left something this call can find, else 0; then leaves state
+    itself: a file in its temporary directory and beside it, an imported module, a daemon
+    that keeps a file there."""
+    import sys
+    import tempfile
+
+    tmp = Path(tempfile.gettempdir())
+    places = [tmp / LEFT, tmp.parent / LEFT]
+    seen = any(p.exists() for p in places) or "colorsys" in sys.modules
+    for place in places:
+        with contextlib.suppress(OSError):
+            place.write_text("x")
+    import colorsys  # noqa: F401  (a module no one else imports)
+
+    if os.fork() == 0:  # a child that rewrites the file after the call ended
+        os.setsid()
+        for _ in range(50):
+            time.sleep(0.02)
+            for place in places:
+                with contextlib.suppress(OSError):
+                    place.write_text("x")
+        os._exit(0)
+    return np.array([float(seen)])
+
+
+@needs_landlock
+def test_a_recomputation_finds_nothing_an_earlier_one_left(tmp_path):
+    """The independence check's processes, sandboxed as on the isolated path, recompute a
+    function that leaves state for later calls (files, a module, a daemon), over two
+    releases: every call must find none, else its row (1) differs from the expected 0 and
+    the release is refused."""
+    from benchmark.federation import recompute
+    from benchmark.isolation.client_process import LAUNCH, child_env
+    from benchmark.isolation.coordinator import harness_code, policy_for
+    from benchmark.isolation.sandbox import sandbox_environment
+
+    scratch = tmp_path / "recompute_tmp"
+    scratch.mkdir()
+    policy = policy_for(harness_code() + [Path(__file__).parent], [scratch])
+    launch = (
+        [sys.executable, "-m", LAUNCH, "zygote"],
+        {**child_env(), **sandbox_environment(policy, scratch)},
+    )
+    recompute.set_zygote_launch(launch)
+    try:
+        for release in range(2):
+            check = recompute.Recheck(
+                recompute.CLIENT, recompute.snapshot(leaves_state, None), frozenset({0, 1, 2})
+            )
+            for client in range(3):
+                records = [{"text": f"t{release}{client}", "client_id": "c"}]
+                check.submit(client, records, 7, {"row": np.array([0.0])})
+            check.finish(1.0)
+        assert not list(scratch.iterdir()), "a call's scratch outlived it"
+    finally:
+        recompute.set_zygote_launch(None)
+
+
+# --- class 8: every untrusted process dies with its run -------------------------------------
+
+
+def survivors(tag, wait_s=3.0):
+    """Live processes with ``tag`` in their command line (zombies are dead)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = []
+        for entry in Path("/proc").iterdir():
+            try:
+                mine = tag.encode() in (entry / "cmdline").read_bytes()
+                if mine and "\tZ" not in (entry / "status").read_text():
+                    alive.append(int(entry.name))
+            except (OSError, ValueError):
+                continue
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)
+
+
+@needs_namespaces
+def test_daemons_left_by_client_and_server_code_die_with_a_failed_run(tmp_path):
+    """Every client call, and the server side, leave a daemon; then the client function
+    raises, the run stops: none survives (a run that succeeds closes the same way)."""
+    tag = f"fedsynth-daemon-{tmp_path.name}"
+    try:
+        with pytest.raises(PrivacyError, match="raised RuntimeError"):
+            go(tmp_path, spec("adv_daemon", {"tag": tag, "fail": True}))
+        assert survivors(tag) == []
+    finally:
+        for pid in survivors(tag, 0):
+            os.kill(pid, 9)
+
+
+@needs_namespaces
+@pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGTERM"])
+def test_a_daemon_dies_when_the_operator_kills_the_coordinator(tmp_path, signal_name):
+    """A stand-in coordinator starts an untrusted child as launch does (tied to it,
+    contained), the child leaves a daemon (setsid, double fork); the operator kills the
+    coordinator: nothing of the child's survives."""
+    import signal
+
+    tag = f"fedsynth-daemon-{tmp_path.name}"
+    child = (
+        "import sys, time; sys.path.insert(0, sys.argv[1]); import adversaries\n"
+        "from benchmark.isolation.sandbox import die_with_parent\n"
+        "from benchmark.isolation.containment import contain\n"
+        "die_with_parent(); assert contain()\n"
+        "adversaries.daemonise(sys.argv[2]); print('ready', flush=True); time.sleep(300)\n"
+    )
+    coordinator = (
+        "import subprocess, sys\n"
+        f"c = subprocess.Popen([sys.executable, '-c', {child!r}, sys.argv[1], sys.argv[2]], "
+        "stdout=subprocess.PIPE, text=True)\n"
+        "print(c.stdout.readline().strip(), flush=True); c.wait()\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    args = [sys.executable, "-c", coordinator, str(Path(__file__).parent), tag]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        assert survivors(tag, 0), "the daemon did not start"
+        proc.send_signal(getattr(signal, signal_name))
+        proc.wait(timeout=30)
+        assert survivors(tag) == []
+    finally:
+        proc.kill()
+        for pid in survivors(tag, 0):
+            os.kill(pid, 9)
