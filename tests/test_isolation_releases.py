@@ -98,11 +98,12 @@ def test_class4_a_different_call_at_a_delivered_position_is_refused(tmp_path, mo
 def test_class7_a_refused_release_is_never_computed_nor_its_run_reused(tmp_path):
     """The release at ε ≈ 10⁵ is refused before its client code runs (no mark), and the
     re-run of the submission never sees what the refused run kept: it is refused too."""
+    root = tmp_path / "runs"
     for _ in range(2):
         with pytest.raises(BudgetExceededError):
-            go(tmp_path, spec("adv_refused_rerun"))
-    marks = sorted({p.name for p in tmp_path.rglob("ran-*")})
+            go(root, spec("adv_refused_rerun"))
+    marks = sorted({p.name for p in root.rglob("ran-*")})
     assert marks == ["ran-legit"]
-    runs = sorted((tmp_path / ".quarantine").iterdir())
-    assert len(runs) == 2 and [p.name for p in tmp_path.iterdir()] == [".quarantine"]
+    runs = sorted((root / ".quarantine").iterdir())
+    assert len(runs) == 2 and [p.name for p in root.iterdir()] == [".quarantine"]
     assert all((r / "work" / "stash.json").exists() for r in runs)  # each its own, aside

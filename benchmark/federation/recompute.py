@@ -299,6 +299,18 @@ def set_zygote_launch(launch: ZygoteLaunch | None) -> None:
         _zygote_launch = launch
 
 
+def stop_zygote() -> None:
+    """End this process's zygote at the end of a run (in its own PID namespace its workers
+    end with it), so the next run starts its own: a zygote kept across runs holds the
+    sandbox of the run it was started for (a rerun of the same spec has the same launch,
+    but its run directory, the one the zygote may write, was quarantined and is new)."""
+    global _zygote
+    with _zygote_lock:
+        if _zygote is not None and _zygote.owner == os.getpid():
+            _zygote.proc.kill()
+        _zygote = None
+
+
 def _fork_worker(preload: list[str]) -> socket.socket:
     """A worker forked once the zygote has imported ``preload``; the zygote is (re)started
     when it is not running or belongs to another process."""

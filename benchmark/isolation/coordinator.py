@@ -498,8 +498,9 @@ class IsolatedLaunch:
         return RemoteMethod(process, work_dir)
 
     def close(self) -> None:
-        from benchmark.federation.recompute import set_zygote_launch
+        from benchmark.federation.recompute import set_zygote_launch, stop_zygote
 
         if self._worker is not None:
             self._worker.close()
             set_zygote_launch(None)
+            stop_zygote()
