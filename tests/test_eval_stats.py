@@ -40,17 +40,19 @@ import numpy as np  # noqa: E402
 from benchmark.evaluation.stats import ClientHits, PairedBootstrap, seed_difference  # noqa: E402
 
 
-def synthetic_arms(rng, clients=300, seeds=3, effect=0.02, seed_sd=0.002):
+def synthetic_arms(rng, clients=300, seeds=3, effect=0.02, seed_sd=0.003):
     """Two arms on the same clients: client difficulty varies widely and is shared by both
-    arms (what pairing cancels); each seed shifts an arm a little; hits are binomial."""
+    arms (what pairing cancels). Each arm's test tokens are fixed (one uniform per token,
+    the same for every seed, as the test texts are); a seed moves the arm's hit threshold."""
     tokens = rng.integers(20, 120, size=clients)
     difficulty = rng.uniform(0.1, 0.7, size=clients)
+    owner = np.repeat(np.arange(clients), tokens)
 
     def arm(shift):
-        offsets = shift + rng.normal(0.0, seed_sd, size=(seeds, 1))
-        p = np.clip(difficulty[None, :] + offsets, 0.0, 1.0)
-        hits = rng.binomial(np.broadcast_to(tokens, p.shape), p)
-        return ClientHits(hits, np.broadcast_to(tokens, p.shape).copy())
+        draws = rng.uniform(size=owner.size)
+        offsets = shift + rng.normal(0.0, seed_sd, size=seeds)
+        hits = [np.bincount(owner, draws < difficulty[owner] + o, clients) for o in offsets]
+        return ClientHits(np.array(hits).astype(int), np.tile(tokens, (seeds, 1)))
 
     return arm(0.0), arm(effect)
 
@@ -87,7 +89,7 @@ def test_the_paired_interval_covers_the_true_difference():
             ("better", better), ("base", base)
         )
         covered += interval.low <= 0.02 <= interval.high
-    assert 0.88 <= covered / trials <= 0.99
+    assert 0.88 <= covered / trials <= 0.98  # 0.93 measured; unpaired: 1.0
 
 
 def test_resampling_is_deterministic_given_the_seed_and_independent_of_order():
