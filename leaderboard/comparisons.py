@@ -48,7 +48,9 @@ class Estimate:
     basis: str
 
     def to_json(self) -> dict[str, Any]:
-        return {**self.interval.as_dict(), "basis": self.basis}
+        """The interval (NaN bounds, where there is none, as null) and its basis."""
+        values = {k: None if math.isnan(v) else v for k, v in self.interval.as_dict().items()}
+        return {**values, "basis": self.basis}
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ class Separation:
     unpaired_se: float | None = None
 
     @property
-    def paired_ses(self) -> float:
+    def ses_apart(self) -> float:
         return self.difference.point / self.difference.se if self.difference.se else math.inf
 
     def to_json(self) -> dict[str, Any]:
@@ -88,7 +90,7 @@ class Separation:
         return {
             "basis": self.basis,
             "difference": self.difference.as_dict(),
-            "paired_ses_apart": self.paired_ses,
+            "ses_apart": self.ses_apart if math.isfinite(self.ses_apart) else None,
             "unpaired_se": unpaired,
             "unpaired_ses_apart": self.difference.point / unpaired if unpaired else None,
         }

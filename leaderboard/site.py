@@ -230,7 +230,7 @@ def _separation_note(table: Table) -> str:
         d = sep.difference
         note += (
             f" Bounds: nonprivate − public_only = {d.point:+.4f} [{d.low:+.4f}, {d.high:+.4f}], "
-            f"{sep.paired_ses:.1f} SEs apart "
+            f"{sep.ses_apart:.1f} SEs apart "
             + ("(paired, test clients and seeds)" if sep.unpaired_se else "(over seeds only *)")
             + (f"; unpaired {d.point / sep.unpaired_se:.1f}." if sep.unpaired_se else ".")
         )

@@ -51,6 +51,7 @@ FIXED_EPSILONS = {
     "base_model": 0.0,
     "nonprivate": math.inf,
     "oracle": math.inf,
+    "generator_only": 0.0,
 }
 STANDARD_METRICS = (
     {"name": "next_token", "settings": {}},
@@ -201,6 +202,9 @@ BENCH_PARAMS: dict[str, dict[str, Any]] = {
     "pre_text": {**BENCH_PE, "expand_size": BENCH_RELEASE},
     "pe_sft": {**BENCH_PE, "generate_size": BENCH_RELEASE},
     "popri": {"num_synthetic": BENCH_RELEASE},
+    # The ε = 0 control (issue 32): the generator from the same public prompts as POPri's
+    # round 0, at the same release size, with no private signal.
+    "generator_only": {"num_synthetic": BENCH_RELEASE},
 }
 # Paper 000 App. C.1's lr × clip grid ({0.001, 0.01, 0.1} × {0.01, 0.1, 1.0}), selected on
 # validation top-1 at seed 0 per method and ε (`fedsynth suite tune bench`); the reports are
@@ -297,6 +301,7 @@ SUITES = {
         seeds=(0, 1, 2),
         seeds_by_epsilon={7.0: (0,)},
         metrics=BENCH_METRICS,
+        methods=(*PUBLISHED_METHODS, "generator_only"),
         method_params=BENCH_PARAMS,
         selected_params=BENCH_SELECTED,
         downstream={"model_samples": 1000, "epochs": 3, "lr": 2e-4},
@@ -311,7 +316,7 @@ SUITES = {
         seeds=(0,),
         metrics=QUICK_METRICS,
         downstream={"model_samples": 16},
-        methods=(*PUBLISHED_METHODS, "fed_ctg", "dp_ftrl_dm"),
+        methods=(*PUBLISHED_METHODS, "fed_ctg", "dp_ftrl_dm", "generator_only"),
         method_privacy={"fed_ctg": {"unit": "client_sample"}},
     ),
     "prefs": Suite(

@@ -353,7 +353,7 @@ def render_comparisons(table: Table) -> list[str]:
         d = sep.difference
         text = (
             f"bounds: nonprivate − public_only = {d.point:+.4f} [{d.low:+.4f}, {d.high:+.4f}], "
-            f"SE {d.se:.4f}: {sep.paired_ses:.1f} SEs apart"
+            f"SE {d.se:.4f}: {sep.ses_apart:.1f} SEs apart"
         )
         if sep.basis == CLIENTS_AND_SEEDS:
             text += " paired (test clients and seeds resampled)"
