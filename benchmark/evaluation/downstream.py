@@ -149,7 +149,15 @@ class ClientCounts:
     """Top-1 hits and predicted tokens per client of one part, clients in sorted id order:
     enough to recompute the part's micro-averaged top-1 (sum of hits / sum of tokens) and
     to resample it over clients. Published with a hash of the id list, never the ids: two
-    rows are paired only when they scored the same clients."""
+    rows are paired only when they scored the same clients.
+
+    What it adds to a record: each held-out client's predicted-token count (a function of
+    their texts alone: their length, up to ``max_length`` tokens per text) and the selected
+    model's hits on them. For the training clients this is post-processing of the DP
+    release; the held-out clients are outside the DP guarantee in every metric (scored
+    without noise), and these counts give per-client detail on them. That is harmless for
+    the built-in sources, which are public corpora; a split whose held-out texts are secret
+    should not publish them."""
 
     clients: tuple[str, ...]
     top1: tuple[int, ...]
