@@ -105,6 +105,18 @@ class Table:
     few_seeds: set[tuple[str, float]] = field(default_factory=set)
     comparisons: Comparisons = field(default_factory=Comparisons)
     names: dict[str, str] = field(default_factory=dict)  # shown method → its entry's name
+    apart: set[str] = field(default_factory=set)  # rows under another privacy unit
+
+    def ranked(self, method: str, eps: float) -> bool:
+        """Whether the cell competes for best: a method row, under the table's unit, with
+        enough seeds and no refuting audit."""
+        key = (method, eps)
+        return (
+            self.roles[method] == "method"
+            and method not in self.apart
+            and key not in self.few_seeds
+            and key not in self.flagged
+        )
 
     def to_json(self) -> dict:
         fmt = format_epsilon
@@ -126,9 +138,7 @@ class Table:
                             "gap_closed": self.gap.get((m, e)),
                             "best": self.best.get(e) == m,
                             "audit_exceeds_epsilon": (m, e) in self.flagged,
-                            "ranked": self.roles[m] == "method"
-                            and (m, e) not in self.few_seeds
-                            and (m, e) not in self.flagged,
+                            "ranked": self.ranked(m, e),
                             "paired": (
                                 self.comparisons.cells[m, e].to_json()
                                 if (m, e) in self.comparisons.cells
@@ -223,25 +233,20 @@ def build_table(rows: Sequence[Row], split: str, metric: str | None = None) -> T
         if roles[key[0]] == "method" and cell.n < MIN_RANKED_SEEDS
     }
     sign = -1 if lower_is_better(metric) else 1
-    best = {}
+    names = {r.method: r.entry["method"]["name"] for r in rows}
+    table = Table(
+        split, metric, epsilons, methods, roles, cells, gap, {}, flagged, few_seeds,
+        compare(rows, metric, roles), names, unranked,
+    )  # fmt: skip
     for eps in epsilons:
         contenders = [
             (sign * cells[m, eps].mean, m)
             for m in methods
-            if (m, eps) in cells
-            and roles[m] == "method"
-            and m not in unranked
-            and (m, eps) not in flagged
-            and (m, eps) not in few_seeds
+            if (m, eps) in cells and table.ranked(m, eps)
         ]
         if contenders:
-            best[eps] = max(contenders)[1]
-    names = {r.method: r.entry["method"]["name"] for r in rows}
-    comparisons = compare(rows, metric, roles)
-    return Table(
-        split, metric, epsilons, methods, roles, cells, gap, best, flagged, few_seeds,
-        comparisons, names,
-    )  # fmt: skip
+            table.best[eps] = max(contenders)[1]
+    return table
 
 
 def format_cell(cell: Cell, digits: int = 4) -> str:
