@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmark.evaluation.stats import summarize
+from leaderboard.client_hits import entry_client_hits
 from leaderboard.schema import ENTRY_SCHEMA_VERSION, EntryError, validate_entry
 
 # Privacy audits, kept apart from the utility metrics: membership inference on text and
@@ -161,6 +162,7 @@ def build_entry(run_records: Sequence[dict[str, Any]], lb_version: str) -> dict[
         "packages": first["packages"],
         "runs": [r["run_key"] for r in run_records],
         **_instruments(run_records),
+        **entry_client_hits(run_records),
     }
     entry["integrity"] = integrity_digest(entry)
     validate_entry(entry)

@@ -8,6 +8,7 @@ import jsonschema
 
 from benchmark.method import ROLES
 from benchmark.spec import ACCOUNTANTS, GUARANTEES, NOISE_SEEDS, PRIVACY_UNITS
+from leaderboard.client_hits import PER_CLIENT_SCHEMA
 
 ENTRY_SCHEMA_VERSION = 1
 
@@ -110,6 +111,8 @@ ENTRY_SCHEMA: dict[str, Any] = {
             "items": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
             "minItems": 1,
         },
+        # Per-client next-token hits of the seeds (absent in entries from before them).
+        "per_client": PER_CLIENT_SCHEMA,
         "integrity": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
         # Ed25519 over the rest of the entry (leaderboard/signing.py); `leaderboard verify`
         # refuses an entry without one unless told --allow-unsigned.

@@ -21,13 +21,17 @@ from leaderboard.directions import lower_is_better
 from leaderboard.entries import audit_exceeds_epsilon
 from leaderboard.store import MANIFESTS_DIR, Row, labelled, rows_by_version
 from leaderboard.tables import (
+    MIN_RANKED_SEEDS,
     ROLE_ORDER,
+    ROW_LABELS,
     Cell,
+    Table,
     apart_by_unit,
     build_table,
     cell_of,
     format_cell,
     format_epsilon,
+    format_interval,
     format_share,
     headline_metric,
     metric_label,
@@ -61,7 +65,7 @@ th{cursor:pointer;background:#f3f3f3}th[data-dir=asc]::after{content:' ▲'}
 th[data-dir=desc]::after{content:' ▼'}td.num{text-align:right;font-variant-numeric:tabular-nums}
 svg{border:1px solid #ddd;background:#fff}p.split{max-width:70em;color:#444}
 .badge{font-size:75%;padding:1px 5px;border-radius:3px;background:#eee;color:#555}
-.badge.control{background:#fdf1d6}.badge.bound{background:#e4eefb}
+.badge.control{background:#fdf1d6}.badge.bound{background:#e4eefb}.badge.unranked{background:#f3e3f3}
 tr.best td{font-weight:bold}tr.bound td,tr.control td{color:#555}tr.theirs td{background:#f7fbf2}tr.flagged td{background:#fde8e8}
 """
 
@@ -138,9 +142,15 @@ def _split_header(split: str, manifest: dict | None) -> str:
     )
 
 
-def _method_cell(row: Row) -> str:
+def _method_cell(row: Row, unranked: bool = False) -> str:
+    """The method's name, its role badge with what a bound or control row is (e.g. the
+    ε = 0 anchor), and a mark on a method cell shown but not ranked (too few seeds)."""
     role = role_of(row)
-    badge = f' <span class="badge {_text(role)}">{_text(role)}</span>' if ROLE_BADGE[role] else ""
+    what = ROW_LABELS.get(row.entry["method"]["name"], "") if role != "method" else ""
+    label = f"{role}: {what}" if what else role
+    badge = f' <span class="badge {_text(role)}">{_text(label)}</span>' if ROLE_BADGE[role] else ""
+    if unranked:
+        badge += f' <span class="badge unranked">unranked: &lt; {MIN_RANKED_SEEDS} seeds</span>'
     return f'<td data-value="{_text(row.method)}">{_text(row.method)}{badge}</td>'
 
 
@@ -159,6 +169,8 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
     table = build_table(rows, split, metric)
     rows, _ = apart_by_unit([r for r in rows if r.split == split])  # names as in the table
     head = ["method", "ε", metric_label(metric) + " (mean ± 95% CI)", "gap closed", "seeds"]
+    head += ["− public_only (paired 95% CI)", "− generator_only (paired 95% CI)"]
+    head += ["gap closed (paired 95% CI)"]
     sign = 1 if lower_is_better(metric) else -1
 
     def rank(row: Row) -> tuple:
@@ -171,10 +183,12 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
     for row in sorted(rows, key=rank):
         summary = row.entry["metrics"].get(metric)
         gap = table.gap.get((row.method, row.epsilon_budget))
+        key = (row.method, row.epsilon_budget)
         best = table.best.get(row.epsilon_budget) == row.method
+        paired = table.comparisons.cells.get(key)
         body.append(
             f"<tr class='{_row_class(row, best)}'>"
-            + _method_cell(row)
+            + _method_cell(row, key in table.few_seeds)
             + _eps_cell(row.epsilon_budget)
             + _summary_cell(summary)
             + _num(gap, "" if gap is None else format_share(gap))
@@ -182,13 +196,45 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
                 len(row.entry["spec"].get("seeds", [])),
                 str(len(row.entry["spec"].get("seeds", []))),
             )
+            + "".join(
+                _estimate_cell(getattr(paired, name, None), name == "gap")
+                for name in ("vs_public", "vs_generator", "gap")
+            )
             + f'<td><a href="{_href(links[_record_name(row)])}">json</a></td></tr>'
         )
     cols = "".join(f"<th>{html.escape(h)}</th>" for h in [*head, "record"])
     return (
         f'<table class="sortable headline" data-split="{html.escape(split)}">'
         f"<thead><tr>{cols}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        + _separation_note(table)
     )
+
+
+def _estimate_cell(estimate: Any, share: bool) -> str:
+    return _num(
+        None if estimate is None else estimate.interval.point, format_interval(estimate, share)
+    )
+
+
+def _separation_note(table: Table) -> str:
+    """How the paired intervals were made, and how far apart the bounds are in SEs."""
+    if not table.comparisons.cells and table.comparisons.separation is None:
+        return ""
+    note = (
+        "Paired intervals: the test clients are resampled once per bootstrap replicate for "
+        "both rows of a difference, the seeds per row. * marks an entry without per-client "
+        "hits: a Welch t-interval over its seeds only, test sampling not counted."
+    )
+    sep = table.comparisons.separation
+    if sep is not None:
+        d = sep.difference
+        note += (
+            f" Bounds: nonprivate − public_only = {d.point:+.4f} [{d.low:+.4f}, {d.high:+.4f}], "
+            f"{sep.ses_apart:.1f} SEs apart "
+            + ("(paired, test clients and seeds)" if sep.unpaired_se else "(over seeds only *)")
+            + (f"; unpaired {d.point / sep.unpaired_se:.1f}." if sep.unpaired_se else ".")
+        )
+    return f"<p class='paired'>{html.escape(note)}</p>"
 
 
 def _audit_table(split: str, rows: Sequence[Row]) -> str:
@@ -331,10 +377,14 @@ def _page(
         f"<!doctype html><html><head><meta charset='utf-8'><title>fedsynth leaderboard {html.escape(version)}</title>"
         f"<style>{STYLE}</style></head><body><h1>fedsynth leaderboard</h1>{nav}"
         f"<p>Version {html.escape(version)}. Each split leads with {lead}: "
-        "mean ± 95% CI over seeds and the share of the public-only → non-private gap it closes. "
+        "mean ± 95% CI over seeds and the share of the public-only → non-private gap it closes, "
+        "then each row's difference from public_only and generator_only and its gap closed "
+        "with paired bootstrap 95% CIs over test clients and seeds. A method's cell is ranked "
+        f"only with at least {MIN_RANKED_SEEDS} seeds. "
         "<span class='badge bound'>bound</span> rows anchor that scale, "
         "<span class='badge control'>control</span> rows calibrate it (the oracle releases real "
-        "private texts without privacy); neither is ranked. ε is recomputed by the harness from "
+        "private texts without privacy, generator_only the generator's text from public prompts "
+        "with no private signal); neither is ranked. ε is recomputed by the harness from "
         "each run's ledger. Click a column to sort.</p>"
         + ("".join(sections) or "<p>No entries yet.</p>")
         + f"<script>{SORT_JS}</script></body></html>"

@@ -51,6 +51,7 @@ FIXED_EPSILONS = {
     "base_model": 0.0,
     "nonprivate": math.inf,
     "oracle": math.inf,
+    "generator_only": 0.0,
 }
 STANDARD_METRICS = (
     {"name": "next_token", "settings": {}},
@@ -216,6 +217,9 @@ BENCH_PARAMS: dict[str, dict[str, Any]] = {
     "pre_text": {**BENCH_PE, "expand_size": BENCH_RELEASE},
     "pe_sft": {**BENCH_PE, "generate_size": BENCH_RELEASE},
     "popri": {"num_synthetic": BENCH_RELEASE},
+    # The ε = 0 control (issue 32): the generator from the same public prompts as POPri's
+    # round 0, at the same release size, with no private signal.
+    "generator_only": {"num_synthetic": BENCH_RELEASE},
 }
 # Equal tuning (issue 32): one declared budget, the same number of candidates on
 # validation for every tuned method. The DP-FL grid is paper 000 App. C.1's lr × clip grid
@@ -318,6 +322,7 @@ SUITES = {
         delta=1e-5,
         seeds=(0, 1, 2),  # at every budget: a cell is ranked only with >= 3 seeds
         metrics=BENCH_METRICS,
+        methods=(*PUBLISHED_METHODS, "generator_only"),
         method_params=BENCH_PARAMS,
         selected_params=BENCH_SELECTED,
         downstream=BENCH_DOWNSTREAM,
@@ -333,7 +338,7 @@ SUITES = {
         seeds=(0,),
         metrics=QUICK_METRICS,
         downstream={"model_samples": 16},
-        methods=(*PUBLISHED_METHODS, "fed_ctg", "dp_ftrl_dm"),
+        methods=(*PUBLISHED_METHODS, "fed_ctg", "dp_ftrl_dm", "generator_only"),
         method_privacy={"fed_ctg": {"unit": "client_sample"}},
     ),
     "prefs": Suite(

@@ -1,5 +1,9 @@
 """Paper-style tables: methods × ε for one metric, mean ± 95 % CI over seeds, gap closed, and
-the best *ranked* method per column in bold (bounds and controls are shown, never ranked)."""
+the best *ranked* method per column in bold (bounds and controls are shown, never ranked;
+a method's cell is ranked only with at least :data:`MIN_RANKED_SEEDS` seeds). Below each
+next-token table, every row's paired bootstrap intervals over test clients and seeds
+against public_only and generator_only, its gap closed, and the bounds' separation
+(:mod:`leaderboard.comparisons`)."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from typing import Any
 
 from benchmark.evaluation.stats import gap_closed
 from benchmark.spec import PRIVACY_UNITS
+from leaderboard.comparisons import CLIENTS_AND_SEEDS, Comparisons, Estimate, compare
 from leaderboard.directions import lower_is_better
 from leaderboard.entries import audit_exceeds_epsilon
 from leaderboard.store import Row
@@ -21,6 +26,17 @@ DEFAULT_METRIC = "next_token.top1"
 HEADLINES = (DEFAULT_METRIC, "win_rate.win_rate", "classification.accuracy", "mauve.mauve")
 BOUND_METHODS = {"public_only": 0.0, "nonprivate": math.inf}
 ROLE_ORDER = {"bound": 0, "control": 1, "method": 2}
+# A cell with fewer seeds is shown, marked, and never ranked: one seed says nothing about
+# the method's own variance (issue 32).
+MIN_RANKED_SEEDS = 3
+# What a bound or control row is, printed beside its role.
+ROW_LABELS = {
+    "public_only": "ε = 0 anchor: public data only",
+    "nonprivate": "ε = ∞ anchor: all private data, no noise",
+    "oracle": "real private texts, release-sized, ε = ∞",
+    "generator_only": "the generator from public prompts, no private signal",
+    "base_model": "ε = 0 anchor: the base model",
+}
 METRIC_LABELS = {
     "next_token.top1": "next-token top-1",
     "win_rate.win_rate": "win rate vs test chosen",
@@ -85,6 +101,22 @@ class Table:
     best: dict[float, str]
     # cells whose canary audit refutes the entry's ε: shown marked, never ranked best
     flagged: set[tuple[str, float]] = field(default_factory=set)
+    # method cells with fewer than MIN_RANKED_SEEDS seeds: shown marked, never ranked
+    few_seeds: set[tuple[str, float]] = field(default_factory=set)
+    comparisons: Comparisons = field(default_factory=Comparisons)
+    names: dict[str, str] = field(default_factory=dict)  # shown method → its entry's name
+    apart: set[str] = field(default_factory=set)  # rows under another privacy unit
+
+    def ranked(self, method: str, eps: float) -> bool:
+        """Whether the cell competes for best: a method row, under the table's unit, with
+        enough seeds and no refuting audit."""
+        key = (method, eps)
+        return (
+            self.roles[method] == "method"
+            and method not in self.apart
+            and key not in self.few_seeds
+            and key not in self.flagged
+        )
 
     def to_json(self) -> dict:
         fmt = format_epsilon
@@ -106,6 +138,12 @@ class Table:
                             "gap_closed": self.gap.get((m, e)),
                             "best": self.best.get(e) == m,
                             "audit_exceeds_epsilon": (m, e) in self.flagged,
+                            "ranked": self.ranked(m, e),
+                            "paired": (
+                                self.comparisons.cells[m, e].to_json()
+                                if (m, e) in self.comparisons.cells
+                                else None
+                            ),
                         }
                         for e in self.epsilons
                         if (m, e) in self.cells
@@ -113,6 +151,9 @@ class Table:
                 }
                 for m in self.methods
             ],
+            "bounds_separation": (
+                self.comparisons.separation.to_json() if self.comparisons.separation else None
+            ),
         }
 
 
@@ -186,20 +227,26 @@ def build_table(rows: Sequence[Row], split: str, metric: str | None = None) -> T
         if (scale := anchors.get(r.store, anchors.get("")))
     }
     flagged = {(r.method, r.epsilon_budget) for r in rows if audit_exceeds_epsilon(r.entry)}
+    few_seeds = {
+        key
+        for key, cell in cells.items()
+        if roles[key[0]] == "method" and cell.n < MIN_RANKED_SEEDS
+    }
     sign = -1 if lower_is_better(metric) else 1
-    best = {}
+    names = {r.method: r.entry["method"]["name"] for r in rows}
+    table = Table(
+        split, metric, epsilons, methods, roles, cells, gap, {}, flagged, few_seeds,
+        compare(rows, metric, roles), names, unranked,
+    )  # fmt: skip
     for eps in epsilons:
         contenders = [
             (sign * cells[m, eps].mean, m)
             for m in methods
-            if (m, eps) in cells
-            and roles[m] == "method"
-            and m not in unranked
-            and (m, eps) not in flagged
+            if (m, eps) in cells and table.ranked(m, eps)
         ]
         if contenders:
-            best[eps] = max(contenders)[1]
-    return Table(split, metric, epsilons, methods, roles, cells, gap, best, flagged)
+            table.best[eps] = max(contenders)[1]
+    return table
 
 
 def format_cell(cell: Cell, digits: int = 4) -> str:
@@ -232,21 +279,95 @@ def render_text(table: Table, bold: tuple[str, str] = ("\033[1m", "\033[0m")) ->
                 text += f" gap {format_share(table.gap[method, eps])}"
             if (method, eps) in table.flagged:
                 text += " [audit ε above the ledger's]"
+            if (method, eps) in table.few_seeds:
+                text += f" [unranked: < {MIN_RANKED_SEEDS} seeds]"
             if table.best.get(eps) == method:
                 text = f"{bold[0]}{text}{bold[1]}"
             cells.append(text)
         lines.append(cells)
-    visible = [[_strip(c, bold) for c in row] for row in [header, *lines]]
-    widths = [max(len(r[i]) for r in visible) for i in range(len(header))]
     out = [
         f"{table.split} — {metric_label(table.metric)} "
-        "(mean ± 95% CI half-width over n seeds; gap closed = share of public_only → nonprivate)"
+        "(mean ± 95% CI half-width over n seeds; gap closed = share of public_only → nonprivate; "
+        f"a method is ranked with ≥ {MIN_RANKED_SEEDS} seeds)"
     ]
-    for raw, vis in zip([header, *lines], visible, strict=True):
-        out.append(
-            "  ".join(c + " " * (w - len(v)) for c, v, w in zip(raw, vis, widths, strict=True))
+    out += _aligned([header, *lines], bold)
+    out += [f"  {m}: {role_label(table, m)}" for m in table.methods if table.roles[m] != "method"]
+    return "\n".join(out + render_comparisons(table))
+
+
+def _aligned(rows: list[list[str]], bold: tuple[str, str] = ("", "")) -> list[str]:
+    visible = [[_strip(c, bold) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in visible) for i in range(len(rows[0]))]
+    return [
+        "  ".join(c + " " * (w - len(v)) for c, v, w in zip(raw, vis, widths, strict=True))
+        for raw, vis in zip(rows, visible, strict=True)
+    ]
+
+
+def role_label(table: Table, method: str) -> str:
+    """``bound``/``control`` with what the row is (e.g. ``bound: ε = 0 anchor: ...``)."""
+    role = table.roles[method]
+    what = ROW_LABELS.get(table.names.get(method, method))
+    return f"{role}: {what}" if role != "method" and what else role
+
+
+def format_interval(estimate: Estimate | None, share: bool = False) -> str:
+    """``+0.0021 [-0.0010, +0.0052]`` (gap closed in percent), ``*`` when over seeds only."""
+    if estimate is None:
+        return ""
+    i = estimate.interval
+    if math.isnan(i.low):
+        text = format_share(i.point) if share else f"{i.point:+.4f}"
+        return text + " [no CI: one seed] *"
+    if share:
+        text = f"{format_share(i.point)} [{format_share(i.low)}, {format_share(i.high)}]"
+    else:
+        text = f"{i.point:+.4f} [{i.low:+.4f}, {i.high:+.4f}]"
+    return text + ("" if estimate.basis == CLIENTS_AND_SEEDS else " *")
+
+
+def render_comparisons(table: Table) -> list[str]:
+    """The paired bootstrap block under a next-token table (nothing for other metrics)."""
+    comparisons = table.comparisons
+    if not comparisons.cells and comparisons.separation is None:
+        return []
+    header = ["method", "ε", "seeds", "− public_only", "− generator_only", "gap closed"]
+    lines = []
+    for method in table.methods:
+        for eps in table.epsilons:
+            cell = comparisons.cells.get((method, eps))
+            if cell is None:
+                continue
+            n = table.cells[method, eps].n
+            ranked = "" if (method, eps) not in table.few_seeds else " (unranked)"
+            lines.append([
+                method, format_epsilon(eps), f"{n}{ranked}",
+                format_interval(cell.vs_public), format_interval(cell.vs_generator),
+                format_interval(cell.gap, share=True),
+            ])  # fmt: skip
+    out = [
+        "",
+        "differences, paired 95% bootstrap CIs over test clients and seeds "
+        "(the same resampled clients for both rows; * = entry without per-client hits: "
+        "Welch t over seeds only, test sampling not counted)",
+    ]
+    if lines:
+        out += _aligned([header, *lines])
+    sep = comparisons.separation
+    if sep is not None:
+        d = sep.difference
+        text = (
+            f"bounds: nonprivate − public_only = {d.point:+.4f} [{d.low:+.4f}, {d.high:+.4f}], "
+            f"SE {d.se:.4f}: {sep.ses_apart:.1f} SEs apart"
         )
-    return "\n".join(out)
+        if sep.basis == CLIENTS_AND_SEEDS:
+            text += " paired (test clients and seeds resampled)"
+            if sep.unpaired_se:
+                text += f"; unpaired SE {sep.unpaired_se:.4f}: {d.point / sep.unpaired_se:.1f}"
+        else:
+            text += " over seeds only * (test sampling not counted)"
+        out.append(text)
+    return out
 
 
 def _strip(text: str, bold: tuple[str, str]) -> str:

@@ -6,6 +6,7 @@ _BUILTIN_METHODS = {
     "public_only": "methods.bounds:PublicOnly",
     "nonprivate": "methods.bounds:NonPrivate",
     "oracle": "methods.oracle:Oracle",
+    "generator_only": "methods.generator_only:GeneratorOnly",
     "base_model": "methods.bounds:BaseModel",
     "dp_fedavg": "methods.dp_fedavg:DPFedAvg",
     "dp_ftrl": "methods.dp_ftrl:DPFTRL",

@@ -71,6 +71,9 @@ def test_empty_text_release_scores_the_public_start(ctx):
     )
     assert out["metrics"]["next_token"]["selected_epoch"] == 0
     assert "fid" in out["skipped"]
+    test = out["metrics"]["next_token"]["per_client"]["test"]
+    assert sum(test["top1_hits"]) / sum(test["tokens"]) == out["metrics"]["next_token"]["top1"]
+    assert set(out["metrics"]["next_token"]["per_client"]) == {"test", "validation"}
 
 
 def test_labels_allow_two_configurations_and_duplicates_are_refused(ctx):

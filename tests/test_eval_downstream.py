@@ -8,6 +8,7 @@ from test_eval_support import TinyProfile, make_split, template_texts
 from benchmark.evaluation.downstream import (
     DownstreamConfig,
     evaluate_lm,
+    evaluate_part,
     fit_and_select,
     sequence_losses,
     train_lm,
@@ -132,3 +133,25 @@ def test_real_run_restores_the_selected_epoch(setup):
     train_lm(model, lm.tokenizer, split.texts("train")[:48], result.selected_epoch, 3e-3, 16, 5)
     assert evaluate_lm(model, lm.tokenizer, split.texts("test")) == result.test
     assert evaluate_lm(model, lm.tokenizer, split.texts("validation")) == result.validation
+    # The per-client counts are the selected model's, on both parts (validation's from the
+    # selected epoch's snapshot, not the last epoch's), and sum to the published top-1.
+    for part, scores in (("test", result.test), ("validation", result.validation)):
+        counts = result.clients[part]
+        assert (scores, counts) == evaluate_part(model, lm.tokenizer, split.records(part))
+        assert list(counts.clients) == sorted(split.by_client(part))
+        assert sum(counts.top1) / sum(counts.tokens) == scores["top1"]
+
+
+def test_per_client_counts_add_up_per_client(setup):
+    profile, split = setup
+    lm = profile.ondevice_lm()
+    model = lm.new_model(0)
+    records = split.records("test")
+    scores, counts = evaluate_part(model, lm.tokenizer, records)
+    for cid, hits, tokens in zip(counts.clients, counts.top1, counts.tokens, strict=True):
+        own = [r["text"] for r in records if r["client_id"] == cid]
+        alone = evaluate_lm(model, lm.tokenizer, own)
+        assert (hits, tokens) == (round(alone["top1"] * alone["tokens"]), alone["tokens"])
+    assert len(counts.clients_sha256()) == 64
+    assert counts.to_json()["top1_hits"] == list(counts.top1)
+    assert "clients" not in counts.to_json()  # the ids are not published, only their hash

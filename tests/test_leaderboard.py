@@ -208,14 +208,14 @@ def test_gap_closed_uses_each_stores_own_bounds_else_the_published_ones():
         summary_row("public_only", 0.0, [0.10]),  # an entry from before roles: still a bound
         summary_row("nonprivate", float("inf"), [0.20], "bound"),
         summary_row("oracle", float("inf"), [0.18], "control"),
-        summary_row("popri", 1.0, [0.15], "method"),
+        summary_row("popri", 1.0, [0.15] * 3, "method"),  # ranked: three seeds
         summary_row("dp_ftrl", 1.0, [0.0999], "method"),  # a hair below the public start
     ]
     yours = labelled(
         [
             summary_row("public_only", 0.0, [0.30], "bound"),
             summary_row("nonprivate", float("inf"), [0.50], "bound"),
-            summary_row("popri", 1.0, [0.40], "method"),
+            summary_row("popri", 1.0, [0.40] * 3, "method"),
         ],
         "yours",
     )
@@ -233,9 +233,10 @@ def test_gap_closed_uses_each_stores_own_bounds_else_the_published_ones():
 
 
 def test_a_row_under_another_privacy_unit_is_shown_apart_and_never_ranked():
-    sample_level = summary_row("fed_ctg", 1.0, [0.90], "method")
+    sample_level = summary_row("fed_ctg", 1.0, [0.90] * 3, "method")
     sample_level.entry["privacy"] = {"unit": "client_sample"}
-    table = build_table([summary_row("popri", 1.0, [0.15], "method"), sample_level], "toy", METRIC)
+    popri = summary_row("popri", 1.0, [0.15] * 3, "method")
+    table = build_table([popri, sample_level], "toy", METRIC)
     assert table.methods == ["fed_ctg [client_sample]", "popri"]
     assert table.best == {1.0: "popri"}  # 0.90 under a weaker unit does not win
 

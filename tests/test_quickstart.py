@@ -62,14 +62,16 @@ def test_quickstart_prints_the_table_writes_the_site_and_ranks_a_submission(tmp_
     assert {r["method"] for r in table["rows"]} == {
         *PUBLISHED_METHODS,
         "fed_ctg [client_sample]",  # paper 001's sample-level unit: shown apart, not ranked
+        "generator_only",  # the ε = 0 control of the LLM methods
         "example_public_selection",
     }  # dp_ftrl_dm's model names another vocabulary: no next_token row, an entry all the same
     roles = {r["method"]: r["role"] for r in table["rows"]}
-    assert roles["oracle"] == "control" and roles["public_only"] == "bound"
+    assert roles["oracle"] == roles["generator_only"] == "control"
+    assert roles["public_only"] == "bound"
     mine = CliRunner().invoke(
         cli, ["leaderboard", "show", "--results", str(published), "--mine", store[1], "--json"]
     )
     [both] = json.loads(mine.output)
     assert "example_public_selection (yours)" in {r["method"] for r in both["rows"]}
     verified = CliRunner().invoke(cli, ["leaderboard", "verify", *store[:2]])
-    assert verified.exit_code == 0 and "all 11 entries verified" in verified.output
+    assert verified.exit_code == 0 and "all 12 entries verified" in verified.output

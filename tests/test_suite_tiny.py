@@ -66,6 +66,21 @@ def test_adapter_runs_on_kjv_and_its_epsilon_is_the_ledgers(entries, method):
     assert entry["method"]["role"] == expected_role.get(method, "method")
 
 
+def test_generator_only_runs_in_the_tiny_suite_as_an_eps_0_control_with_paired_hits(entries):
+    """Issue 32's control: no release in its ledger (ε = 0), a text release scored like
+    every other, and the per-client hits the paired intervals need, in its entry."""
+    entry = entries["generator_only"]
+    assert entry["privacy"]["ledgers"] == [[]] and entry["privacy"]["epsilon"] == 0
+    assert entry["method"]["role"] == "control"
+    assert 0 < entry["metrics"]["next_token.top1"]["mean"] < 1
+    test = entry["per_client"]["next_token"]["test"]
+    assert (
+        sum(test["top1_hits"][0]) / sum(test["tokens"])
+        == (entry["metrics"]["next_token.top1"]["values"][0])
+    )
+    assert "validation" in entry["per_client"]["next_token"]
+
+
 def test_fed_ctg_runs_in_the_tiny_suite_with_each_client_groups_epsilon(entries):
     """Paper 001's sample-level unit: the entry names it, shows the strong and weak groups'
     ε, reports the worst, and `leaderboard verify`'s check recomputes all of them."""

@@ -10,6 +10,9 @@ Choices where the papers are silent (recorded in :class:`DownstreamConfig`):
 - next-token accuracy and cross-entropy are micro-averaged over all predicted tokens of the
   part; each text is tokenised without special tokens and truncated to ``max_length``, and
   its first token is not predicted (there is no prefix to predict it from);
+- per client of each scored part, the top-1 hits and predicted tokens are kept
+  (:class:`ClientCounts`), so the published micro-average can be recomputed and
+  resampled over clients (paired bootstrap, :mod:`benchmark.evaluation.stats`);
 - AdamW with a constant learning rate, gradient-norm clipping at ``max_grad_norm``;
 - candidate epochs are 1..epochs (the untrained start is not a candidate); ties go to the
   earliest epoch; ``select_on="ce"`` minimises, any other key maximises.
@@ -20,8 +23,9 @@ the on-device model directly (public-only, non-private) use the very same loop.
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmark.artifact import Artifact
-from benchmark.data import FederatedSplit
+from benchmark.data import CLIENT_ID, TEXT, FederatedSplit
 from benchmark.profiles.base import OnDeviceLM
 from benchmark.profiles.seeding import seeded
 from benchmark.progress import progress
@@ -133,7 +137,11 @@ def evaluate_lm(
     model: Any, tokenizer: Any, texts: list[str], max_length: int = 64, batch_size: int = 16
 ) -> dict[str, float]:
     """Token-level next-token top-1/top-3 accuracy and mean cross-entropy (nats) on ``texts``."""
-    stats = token_stats(model, tokenizer, texts, max_length, batch_size)
+    return scores_of(token_stats(model, tokenizer, texts, max_length, batch_size))
+
+
+def scores_of(stats: dict[str, np.ndarray]) -> dict[str, float]:
+    """Micro-averages of :func:`token_stats` over every predicted token."""
     n = float(stats["n"].sum())
     if n == 0:
         raise ValueError("no text has two or more tokens; cannot evaluate next-token prediction")
@@ -143,6 +151,62 @@ def evaluate_lm(
         "ce": float(stats["ce"].sum() / n),
         "tokens": n,
     }
+
+
+@dataclass(frozen=True)
+class ClientCounts:
+    """Top-1 hits and predicted tokens per client of one part, clients in sorted id order:
+    enough to recompute the part's micro-averaged top-1 (sum of hits / sum of tokens) and
+    to resample it over clients. Published with a hash of the id list, never the ids: two
+    rows are paired only when they scored the same clients.
+
+    What it adds to a record: each held-out client's predicted-token count (a function of
+    their texts alone: their length, up to ``max_length`` tokens per text) and the selected
+    model's hits on them. For the training clients this is post-processing of the DP
+    release; the held-out clients are outside the DP guarantee in every metric (scored
+    without noise), and these counts give per-client detail on them. That is harmless for
+    the built-in sources, which are public corpora; a split whose held-out texts are secret
+    should not publish them."""
+
+    clients: tuple[str, ...]
+    top1: tuple[int, ...]
+    tokens: tuple[int, ...]
+
+    def clients_sha256(self) -> str:
+        return hashlib.sha256("\n".join(self.clients).encode()).hexdigest()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "clients_sha256": self.clients_sha256(),
+            "top1_hits": list(self.top1),
+            "tokens": list(self.tokens),
+        }
+
+
+def client_counts(stats: dict[str, np.ndarray], client_ids: Sequence[str]) -> ClientCounts:
+    """Per-text :func:`token_stats` summed per client (``client_ids`` aligned with the texts)."""
+    clients = sorted(set(client_ids))
+    index = {c: i for i, c in enumerate(clients)}
+    owner = np.array([index[c] for c in client_ids], dtype=np.int64)
+    hits = np.bincount(owner, stats["top1"], len(clients)) if len(owner) else np.zeros(0)
+    tokens = np.bincount(owner, stats["n"], len(clients)) if len(owner) else np.zeros(0)
+    return ClientCounts(
+        tuple(clients),
+        tuple(int(round(h)) for h in hits),
+        tuple(int(round(t)) for t in tokens),
+    )
+
+
+def evaluate_part(
+    model: Any,
+    tokenizer: Any,
+    records: Sequence[dict[str, Any]],
+    max_length: int = 64,
+    batch_size: int = 16,
+) -> tuple[dict[str, float], ClientCounts]:
+    """:func:`evaluate_lm` on a part's records, plus its per-client counts (one pass)."""
+    stats = token_stats(model, tokenizer, [r[TEXT] for r in records], max_length, batch_size)
+    return scores_of(stats), client_counts(stats, [str(r[CLIENT_ID]) for r in records])
 
 
 def sequence_losses(
@@ -245,7 +309,8 @@ class DownstreamResult:
     """The selected downstream model and its numbers (``selected_epoch`` 0: not trained here).
 
     ``validation`` holds the selected model's scores on the validation clients: the number
-    a suite selects hyper-parameters on (never ``test``).
+    a suite selects hyper-parameters on (never ``test``). ``clients`` holds the selected
+    model's per-client counts by part (``test``, ``validation``).
     """
 
     model: Any
@@ -254,6 +319,7 @@ class DownstreamResult:
     selected_epoch: int
     validation: dict[str, float]
     validation_history: list[dict[str, float]] = field(default_factory=list)
+    clients: dict[str, ClientCounts] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -270,11 +336,16 @@ def fit_and_select(
     config: DownstreamConfig,
     seed: int,
 ) -> DownstreamResult:
-    """Fine-tune ``model`` on ``texts``, pick the epoch on validation, score it on test."""
-    parts = {"validation": split.texts("validation"), "test": split.texts("test")}
+    """Fine-tune ``model`` on ``texts``, pick the epoch on validation, score it on test.
+    The selected epoch's validation counts travel with its snapshot, so ``clients`` holds
+    the selected model's counts on both parts without scoring validation again."""
+    counts: dict[str, ClientCounts] = {}
 
     def evaluate(part: str) -> dict[str, float]:
-        return evaluate_lm(model, tokenizer, parts[part], config.max_length, config.eval_batch_size)
+        scores, counts[part] = evaluate_part(
+            model, tokenizer, split.records(part), config.max_length, config.eval_batch_size
+        )
+        return scores
 
     def train(callback: Callable[[int], None]) -> None:
         train_lm(
@@ -282,12 +353,16 @@ def fit_and_select(
             config.max_length, callback, config.max_grad_norm, config.weight_decay,
         )  # fmt: skip
 
+    def snapshot() -> dict[str, Any]:
+        weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        return {"weights": weights, "validation": counts["validation"]}
+
+    def restore(state: dict[str, Any]) -> None:
+        model.load_state_dict(state["weights"])
+        counts["validation"] = state["validation"]
+
     selection = train_with_selection(
-        train,
-        evaluate,
-        snapshot=lambda: {k: v.detach().clone() for k, v in model.state_dict().items()},
-        restore=model.load_state_dict,
-        key=config.select_on,
+        train, evaluate, snapshot=snapshot, restore=restore, key=config.select_on
     )
     history = selection.validation_history
     return DownstreamResult(
@@ -297,6 +372,7 @@ def fit_and_select(
         selection.selected_epoch,
         history[selection.selected_epoch - 1],
         history,
+        dict(counts),
     )
 
 
@@ -335,12 +411,17 @@ def run_downstream(
         if artifact.texts:
             return fit_and_select(model, tokenizer, list(artifact.texts), split, config, seed)
 
+    counts: dict[str, ClientCounts] = {}
+
     def score(part: str) -> dict[str, float]:
-        texts = split.texts(part)
-        return evaluate_lm(model, tokenizer, texts, config.max_length, config.eval_batch_size)
+        scores, counts[part] = evaluate_part(
+            model, tokenizer, split.records(part), config.max_length, config.eval_batch_size
+        )
+        return scores
 
     # A split without validation clients (paper 001's Yelp recipe) has no selection score.
     validation = score("validation") if split.texts("validation") else {"top1": math.nan}
+    test = score("test")
     return DownstreamResult(
-        model, tokenizer, score("test"), selected_epoch=0, validation=validation
+        model, tokenizer, test, selected_epoch=0, validation=validation, clients=counts
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from benchmark.artifact import INSTRUMENT, Artifact
 from benchmark.evaluation.base import DOWNSTREAM_KINDS, EvalContext, Metric, MetricNotApplicable
 
@@ -13,6 +15,13 @@ class NextTokenAccuracy(Metric):
     all on the test part and for the validation-selected epoch only. ``validation_top1`` is
     the same model's accuracy on the validation clients: what a suite's hyper-parameter grid
     selects on (paper 000 C.1 tunes DP-FL lr and clip on its evaluation set).
+
+    ``per_client`` holds, per part (``test``, ``validation``), the selected model's top-1
+    hits and predicted tokens per client in sorted client-id order with a hash of that
+    order (:class:`~benchmark.evaluation.downstream.ClientCounts`): summed, they give
+    ``top1`` exactly; resampled over clients, they give the paired bootstrap intervals of
+    the leaderboard (:mod:`benchmark.evaluation.stats`). Not a number, so it stays out of
+    the record's flat metrics and lives in its ``evaluation`` report.
     """
 
     name = "next_token"
@@ -29,7 +38,7 @@ class NextTokenAccuracy(Metric):
                 f"{artifact.tokenizer!r} (see the in_vocab metric)"
             )
 
-    def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
+    def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, Any]:
         result = ctx.downstream_result(artifact)
         return {
             "top1": result.test["top1"],
@@ -38,4 +47,5 @@ class NextTokenAccuracy(Metric):
             "test_tokens": result.test["tokens"],
             "selected_epoch": float(result.selected_epoch),
             "validation_top1": result.validation["top1"],
+            "per_client": {part: c.to_json() for part, c in sorted(result.clients.items())},
         }

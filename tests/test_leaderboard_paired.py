@@ -1,0 +1,196 @@
+"""Paired bootstrap intervals in leaderboard tables: per-client hits from records to entries
+to `leaderboard show`, the seed-only fallback for entries without them, and ranking only
+with three seeds."""
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmark.evaluation.stats import summarize
+from leaderboard.client_hits import client_hits_of, entry_client_hits
+from leaderboard.comparisons import CLIENTS_AND_SEEDS, SEEDS_ONLY
+from leaderboard.schema import validate_entry
+from leaderboard.store import Row, labelled
+from leaderboard.tables import build_table, render_text
+
+METRIC = "next_token.top1"
+CLIENTS = 400
+TOKENS = np.random.default_rng(0).integers(20, 100, size=CLIENTS)
+DIGEST = "a" * 64
+
+
+def hits_for(level, seeds, rng):
+    """Per-seed hits around ``level``, on clients that differ a lot in difficulty (shared by
+    every row: the same seed for the difficulty draw)."""
+    difficulty = np.random.default_rng(1).uniform(-0.15, 0.15, size=CLIENTS)
+    p = np.clip(level + difficulty, 0, 1)
+    return [rng.binomial(TOKENS, p).tolist() for _ in range(seeds)]
+
+
+def row(method, eps, level=None, seeds=3, role=None, hits=None, digest=DIGEST, seed=0):
+    rng = np.random.default_rng(seed)
+    hits = hits if hits is not None else hits_for(level, seeds, rng)
+    values = [sum(h) / int(TOKENS.sum()) for h in hits]
+    entry = {
+        "method": {"name": method, "config": {}, **({"role": role} if role else {})},
+        "metrics": {METRIC: {**summarize(values).as_dict(), "values": values}},
+        "per_client": {
+            "next_token": {
+                "test": {"clients_sha256": digest, "tokens": TOKENS.tolist(), "top1_hits": hits}
+            }
+        },
+    }
+    return Row("lb", "toy", method, eps, eps, "formal", f"{method}-{eps}.json", entry)
+
+
+def without_hits(r):
+    r.entry.pop("per_client")
+    return r
+
+
+def rows():
+    return [
+        row("public_only", 0.0, 0.30, role="bound", seed=1),
+        row("nonprivate", float("inf"), 0.36, role="bound", seed=2),
+        row("generator_only", 0.0, 0.28, role="control", seed=3),
+        row("oracle", float("inf"), 0.34, role="control", seed=4),
+        row("popri", 1.0, 0.31, role="method", seed=5),
+        row("pe_sft", 1.0, 0.40, seeds=1, role="method", seed=6),  # best, but one seed
+    ]
+
+
+def test_intervals_are_paired_and_their_points_are_the_published_means():
+    table = build_table(rows(), "toy", METRIC)
+    popri = table.comparisons.cells["popri", 1.0]
+    mean = {m: table.cells[m, e].mean for m, e in table.cells}
+    assert popri.vs_public.basis == CLIENTS_AND_SEEDS
+    assert popri.vs_public.interval.point == pytest.approx(mean["popri"] - mean["public_only"])
+    assert popri.vs_generator.interval.point == pytest.approx(
+        mean["popri"] - mean["generator_only"]
+    )
+    assert popri.gap.interval.point == pytest.approx(table.gap["popri", 1.0])
+    for estimate in (popri.vs_public, popri.vs_generator, popri.gap):
+        i = estimate.interval
+        assert i.low < i.point < i.high
+    assert popri.vs_generator.interval.low > 0  # 0.31 vs 0.28 on the same clients: resolved
+    sep = table.comparisons.separation
+    assert sep.basis == CLIENTS_AND_SEEDS and sep.ses_apart > 10
+    assert sep.unpaired_se > 1.5 * sep.difference.se  # clients differ: pairing matters
+    assert ("public_only", 0.0) not in table.comparisons.cells  # bounds are the references
+    assert table.comparisons.cells["generator_only", 0.0].vs_generator is None
+
+
+def test_a_cell_is_ranked_only_with_three_seeds():
+    table = build_table(rows(), "toy", METRIC)
+    assert table.few_seeds == {("pe_sft", 1.0)}
+    assert table.best == {1.0: "popri"}  # pe_sft's 0.40 is shown, not ranked
+    text = render_text(table, ("*", "*"))
+    assert "[unranked: < 3 seeds]" in text and "1 (unranked)" in text
+    assert "generator_only: control: the generator from public prompts" in text
+    assert "public_only: bound: ε = 0 anchor" in text
+    assert "SEs apart paired (test clients and seeds resampled); unpaired SE" in text
+    popri_line = [line for line in text.splitlines() if line.startswith("popri ")][-1]
+    assert popri_line.count("[") == 3 and "*" not in popri_line  # three intervals, all paired
+    as_json = table.to_json()
+    ranked = {r["method"]: r["eps=1"]["ranked"] for r in as_json["rows"] if "eps=1" in r}
+    assert ranked == {"popri": True, "pe_sft": False}
+    popri = next(r for r in as_json["rows"] if r["method"] == "popri")["eps=1"]["paired"]
+    assert popri["minus_generator_only"]["basis"] == CLIENTS_AND_SEEDS
+    assert as_json["bounds_separation"]["ses_apart"] > 10
+    json.dumps(as_json)  # serialisable
+
+
+def test_entries_without_hits_fall_back_to_seed_intervals_marked():
+    old = [without_hits(r) for r in rows()]
+    table = build_table(old, "toy", METRIC)
+    popri = table.comparisons.cells["popri", 1.0]
+    assert popri.vs_public.basis == SEEDS_ONLY and popri.gap is None
+    assert table.comparisons.separation.basis == SEEDS_ONLY
+    text = render_text(table, ("", ""))
+    assert "over seeds only *" in text
+    popri_line = [line for line in text.splitlines() if line.startswith("popri ")][-1]
+    assert popri_line.count(" *") == 2  # both differences marked as seed-only
+    # one seed against a public start without seed variance: a difference, no interval
+    same = hits_for(0.30, 1, np.random.default_rng(1)) * 3
+    flat = [without_hits(row("public_only", 0.0, hits=same, role="bound")), old[-1]]
+    assert "[no CI: one seed] *" in render_text(build_table(flat, "toy", METRIC), ("", ""))
+    # another client list (another split build): not paired either
+    mixed = rows()
+    mixed[4] = row("popri", 1.0, 0.31, role="method", seed=5, digest="b" * 64)
+    assert build_table(mixed, "toy", METRIC).comparisons.cells["popri", 1.0].vs_public.basis == (
+        SEEDS_ONLY
+    )
+
+
+def test_a_store_with_its_own_bounds_is_compared_with_them():
+    yours = labelled(
+        [
+            row("public_only", 0.0, 0.20, role="bound", seed=7),
+            row("nonprivate", float("inf"), 0.26, role="bound", seed=8),
+            row("popri", 1.0, 0.23, role="method", seed=9),
+        ],
+        "yours",
+    )
+    table = build_table(rows() + yours, "toy", METRIC)
+    cell = table.comparisons.cells["popri (yours)", 1.0]
+    mean = {m: table.cells[m, e].mean for m, e in table.cells}
+    assert cell.vs_public.interval.point == pytest.approx(
+        mean["popri (yours)"] - mean["public_only (yours)"]
+    )
+    # no generator_only of its own: the published one
+    assert cell.vs_generator.interval.point == pytest.approx(
+        mean["popri (yours)"] - mean["generator_only"]
+    )
+
+
+def record(seed, hits, tokens, top1=None, digest=DIGEST):
+    top1 = sum(hits) / sum(tokens) if top1 is None else top1
+    counts = {"clients_sha256": digest, "tokens": tokens, "top1_hits": hits}
+    return {
+        "spec": {"seed": seed},
+        "metrics": {"next_token.top1": top1},
+        "evaluation": {"metrics": {"next_token": {"top1": top1, "per_client": {"test": counts}}}},
+    }
+
+
+def test_entries_keep_per_client_hits_only_when_every_seed_agrees():
+    records = [record(0, [1, 2], [4, 4]), record(1, [2, 2], [4, 4])]
+    kept = entry_client_hits(records)
+    assert kept["per_client"]["next_token"]["test"]["top1_hits"] == [[1, 2], [2, 2]]
+    entry = {"per_client": kept["per_client"]}
+    digest, hits = client_hits_of(entry, METRIC)
+    assert digest == DIGEST and hits.per_seed().tolist() == [3 / 8, 4 / 8]
+    assert client_hits_of(entry, "next_token.top3") is None
+    assert entry_client_hits([record(0, [1, 2], [4, 4]), record(1, [2, 2], [4, 5])]) == {}
+    assert entry_client_hits([record(0, [1, 2], [4, 4], top1=0.5)]) == {}  # not the published
+    assert entry_client_hits([record(0, [1], [4]), record(1, [1], [4], digest="c" * 64)]) == {}
+    old = {"spec": {"seed": 0}, "metrics": {"next_token.top1": 0.5}, "evaluation": {"metrics": {}}}
+    assert entry_client_hits([old]) == {}
+
+
+def test_an_entry_built_from_records_keeps_them_and_the_schema_checks_them():
+    from pathlib import Path
+
+    from leaderboard.entries import build_entry
+    from leaderboard.schema import EntryError
+
+    kept = Path(__file__).parents[1] / "results/lb-06741a6a58/chitchat-v-46c5253d2d1f/_records"
+    records = [json.loads(p.read_text()) for p in sorted(kept.glob("*__public_only__*"))]
+    assert len(records) == 3
+    for r in records:  # split each seed's published counts over two clients
+        tokens = int(r["metrics"]["next_token.test_tokens"])
+        hits = round(r["metrics"]["next_token.top1"] * tokens)
+        counts = {
+            "clients_sha256": DIGEST,
+            "tokens": [tokens - 100, 100],
+            "top1_hits": [hits - 7, 7],
+        }
+        r["evaluation"]["metrics"]["next_token"]["per_client"] = {"test": counts}
+    entry = build_entry(records, "lb-0123456789")
+    validate_entry(entry)
+    digest, hits = client_hits_of(entry, METRIC)
+    assert hits.point() == entry["metrics"][METRIC]["mean"]
+    entry["per_client"]["next_token"]["test"]["tokens"] = [4, -1]
+    with pytest.raises(EntryError, match="per_client"):
+        validate_entry(entry)
