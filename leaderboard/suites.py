@@ -236,7 +236,7 @@ RELEASE_SAMPLING_GRID = {
 BENCH_TUNING = {
     "dp_fedavg": DP_FL_GRID,
     "dp_ftrl": DP_FL_GRID,
-    **dict.fromkeys(("popri", "pre_text", "pe_sft"), RELEASE_SAMPLING_GRID),
+    **dict.fromkeys(("popri", "pre_text", "pe_sft", "generator_only"), RELEASE_SAMPLING_GRID),
 }
 # None yet on the person-unit split: the previous split's selections (lr 0.1, clip 1.0 at
 # ε = 1 and 7 for both DP-FL methods, lb-06741a6a58's reports) were made on other clients.

@@ -22,9 +22,11 @@ PrE-Text start from public texts too, but their round 0 *is* public text (the in
 population is copied, not generated), and PrE-Text's Expand prompts with DP seeds, which
 a control without private signal does not have; POPri's round 0 is the generator writing
 from public prompts, which is what this control isolates. The sampling settings
-(``max_new_tokens``, ``temperature``, ``top_p``) and ``num_synthetic`` are POPri's per
-profile, read from its configs rather than repeated here; the ``bench`` suite sets
-``num_synthetic`` to its release size, as it does for every text release.
+(``max_new_tokens`` and the release's ``release_temperature`` / ``release_top_p``, the
+knobs a suite tunes for every LLM method: :mod:`methods.release_sampling`) and
+``num_synthetic`` are POPri's per profile, read from its configs rather than repeated here;
+the ``bench`` suite sets ``num_synthetic`` to its release size, as it does for every text
+release, and tunes its sampling over the same grid as the LLM methods'.
 """
 
 from __future__ import annotations
@@ -33,16 +35,16 @@ from typing import Any
 
 from benchmark.artifact import Artifact
 from benchmark.method import Method, MethodContext
-from benchmark.profiles.base import SamplingParams
 from methods.popri import POPri
 from methods.private_evolution import eligible_public, expand
+from methods.release_sampling import release_sampling
 
 # POPri's settings this control shares: the release size and how each text is sampled.
 SHARED_WITH_POPRI = (
     "num_synthetic",
     "max_new_tokens",
-    "temperature",
-    "top_p",
+    "release_temperature",
+    "release_top_p",
     "generate_batch_size",
 )
 
@@ -62,14 +64,14 @@ class GeneratorOnly(Method):
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
         self.require_counts("num_synthetic", "max_new_tokens", "generate_batch_size")
-        self.require_positive("temperature", "top_p")
+        self.require_positive("release_top_p")
 
     def num_rounds(self) -> int:
         return 0
 
     def finish(self, ctx: MethodContext, state: Any) -> Artifact:
         cfg = self.config
-        params = SamplingParams(cfg["max_new_tokens"], cfg["temperature"], cfg["top_p"])
+        params = release_sampling(cfg, cfg["max_new_tokens"])
         texts = expand(
             ctx.profile.generator(),
             eligible_public(ctx, 1),

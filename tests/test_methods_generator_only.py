@@ -92,7 +92,9 @@ def test_it_shares_popris_size_and_sampling_and_is_a_bench_control():
     )
 
 
-@pytest.mark.parametrize("bad", [{"num_synthetic": 0}, {"temperature": 0.0}, {"top_p": math.nan}])
+@pytest.mark.parametrize(
+    "bad", [{"num_synthetic": 0}, {"release_top_p": 0.0}, {"release_top_p": math.nan}]
+)
 def test_bad_settings_are_refused(bad):
     from benchmark.spec import SpecError
 
