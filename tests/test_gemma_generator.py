@@ -221,3 +221,28 @@ def test_real_gemma_assembles_loads_offline_and_writes(tmp_path, monkeypatch):
     gen = HFGenerator(model, tok, gemma.LABEL)
     greedy = SamplingParams(max_new_tokens=4, temperature=0.0)
     assert "Berlin" in gen.generate(["The capital of Germany is"], greedy)[0]
+
+
+# --- the restricted output vocabulary (a speed route, measured in bench_generation) -------
+
+
+def test_output_ids_sample_only_those_ids_and_all_ids_change_nothing():
+    import torch
+
+    from benchmark.profiles import get_profile
+    from benchmark.profiles.base import SamplingParams
+    from benchmark.profiles.hf_generator import HFGenerator
+
+    gen = get_profile("tiny").generator()
+    vocab = len(gen.tokenizer)
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, seed=3)
+    prompts = ["the cat sat", "a dog ran", "hello there my friend"]
+    every = HFGenerator(gen.model, gen.tokenizer, "all", output_ids=range(vocab))
+    assert every.generate(prompts, params, chat=False) == gen.generate(prompts, params, chat=False)
+    allowed = set(range(0, vocab, 3))
+    some = HFGenerator(gen.model, gen.tokenizer, "some", output_ids=sorted(allowed))
+    ids, mask = some.left_pad(some.encode_prompts(prompts, chat=False))
+    with torch.no_grad():
+        drawn = set(some._decode(ids, mask, params).flatten().tolist())
+    ends = set(some._end_ids().tolist()) | {gen.tokenizer.pad_token_id}
+    assert drawn <= allowed | ends and len(drawn - ends) > 3
