@@ -7,18 +7,20 @@ assembler package whose :func:`assemble` concatenates them. Here:
   written under a temp name and renamed, and used only if its sha256 is :data:`SHA256`
   (pinned here and checked against the assembler's own constant): a partial, corrupt or
   planted file is reassembled, never loaded;
-- transformers dequantises it to an fp32 ``Gemma3ForCausalLM`` (268 M parameters; ~60 s
-  plus ~30 s for the tokenizer on the shared 2 cores), which
-  :mod:`benchmark.profiles.gguf_cache` saves once under
-  ``cache_dir()/gemma-3-270m-q4_k_m-fp32-<sha256[:16]>``; later loads take seconds and
-  need neither the packages nor the network.
+- transformers dequantises it to an fp32 ``Gemma3ForCausalLM`` (268 M parameters, the
+  tied 262,144 x 640 embedding / LM head 63 % of them; measured on the shared 2 cores:
+  60 s plus 29 s for the tokenizer when lightly loaded, 267 s in all under heavy load),
+  which :mod:`benchmark.profiles.gguf_cache` saves once (1.07 GB) under
+  ``cache_dir()/gemma-3-270m-q4_k_m-fp32-<sha256[:16]>``; later loads took 11-19 s under
+  the same heavy load and need neither the packages nor the network.
 
 Prompting: this is a base (pretrained-only) model and the GGUF carries no chat template,
 so the tokenizer is saved without one, and :func:`benchmark.profiles.hf_generator.
 encode_prompts` gives it every prompt as plain text to continue (``<bos>`` + the prompt),
 whether the caller asks for ``chat`` or not. The methods' few-shot prompts
 (``chat=False``) are plain continuation already; the span filler gets a continuation
-prompt of its own (:data:`benchmark.profiles.cpu.BASE_FILL_PROMPT`).
+prompt of its own (:data:`benchmark.profiles.cpu.BASE_FILL_INSTRUCTION` and
+``BASE_FILL_LEAD``).
 """
 
 from __future__ import annotations
