@@ -219,9 +219,12 @@ def test_real_gemma_assembles_loads_offline_and_writes(tmp_path, monkeypatch):
     with torch.no_grad():
         x = torch.tensor([ids])
         assert torch.allclose(model(x).logits, reference(x).logits, atol=1e-4)
+        top = tok.decode(model(x).logits[0, -1].topk(5).indices)
+    assert "Berlin" in top  # a base model: greedy continues " the capital of the ..."
     gen = HFGenerator(model, tok, gemma.LABEL)
     greedy = SamplingParams(max_new_tokens=4, temperature=0.0)
-    assert "Berlin" in gen.generate(["The capital of Germany is"], greedy)[0]
+    written = gen.generate(["The capital of Germany is"], greedy)
+    assert written[0].strip() and written == gen.generate(["The capital of Germany is"], greedy)
 
 
 # --- the restricted output vocabulary (a speed route, measured in bench_generation) -------
