@@ -67,10 +67,11 @@ def build_record(
     profile: Any,
     role: str,
     release_kind: str,
+    verbatim: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     spec = resolved.spec
     models = profile.describe()
-    return {
+    record = {
         "schema_version": SCHEMA_VERSION,
         "run_key": resolved.run_key,
         "spec": resolved.to_dict(),
@@ -101,6 +102,9 @@ def build_record(
         "code_version": code_version(),
         "packages": package_versions(),
     }
+    if verbatim is not None:  # a release with texts: its copies of private texts, counted
+        record["verbatim"] = verbatim
+    return record
 
 
 def write_record(record: dict[str, Any], path: Path) -> None:

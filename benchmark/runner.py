@@ -30,14 +30,15 @@ import torch
 
 from benchmark.artifact import Artifact, ArtifactError
 from benchmark.data import FederatedSplit, group_by_client
-from benchmark.federation.canaries import CanaryPlan, plan_canaries, with_canaries
+from benchmark.evaluation.verbatim import check_release
+from benchmark.federation.canaries import CanaryPlan, audited_units, plan_canaries
 from benchmark.federation.costs import CostCounters
 from benchmark.federation.local_dp_sgd import LocalLMTrainer
 from benchmark.federation.pool import INDEPENDENCE_CHECKS, ClientPool
 from benchmark.federation.quarantine import Diagnostics
 from benchmark.files import Busy, atomic_write, exclusive_lock
 from benchmark.method import Method, MethodContext
-from benchmark.privacy.errors import BudgetExceededError
+from benchmark.privacy.errors import BudgetExceededError, ReleaseRefused
 from benchmark.privacy.ledger import PrivacyLedger
 from benchmark.profiles.candidate_corpus import build_requested
 from benchmark.progress import progress
@@ -48,6 +49,7 @@ from benchmark.spec import ResolvedSpec, RunSpec, SpecError
 CHECKPOINT = "checkpoint.pt"
 ARTIFACT = "artifact.json"
 RESULT = "result.json"
+REFUSED = "refused.json"  # the record of a release refused publication
 POOL_SEED = "pool_seed.secret"
 LOCK = "run.lock"
 CHECKPOINT_KEYS = ("run_key", "next_round", "method_state", "pool", "ledger", "elapsed")
@@ -126,17 +128,16 @@ def privacy_units(split: FederatedSplit, unit: str) -> dict[str, list[dict[str, 
     return {f"{i:08d}": [r] for i, r in enumerate(records)}
 
 
-def canary_plan(spec: RunSpec, split: FederatedSplit, n_units: int, seed: int) -> CanaryPlan | None:
-    """The run's canaries when its evaluation lists the ``canary`` audit, else None."""
+def canary_plan(
+    spec: RunSpec, units: dict[str, list[dict[str, Any]]], seed: int
+) -> CanaryPlan | None:
+    """The run's canaries (real train units) when its evaluation lists the ``canary``
+    audit, else None."""
     if not any(m["name"] == "canary" for m in spec.evaluation.metrics):
         return None
     try:
         return plan_canaries(
-            split.texts("public"),
-            n_units,
-            seed,
-            spec.privacy.delta,
-            blind=spec.privacy.noise_seed != "spec",
+            units, seed, spec.privacy.delta, blind=spec.privacy.noise_seed != "spec"
         )
     except ValueError as exc:
         raise SpecError(f"evaluation.metrics: canary: {exc}") from exc
@@ -349,9 +350,9 @@ def run(
         work_dir = run_dir / "work"
         work_dir.mkdir(exist_ok=True)
         seed = pool_seed(spec, run_dir)
-        canaries = canary_plan(spec, split, len(units), seed)
+        canaries = canary_plan(spec, units, seed)
         if canaries is not None:
-            units = with_canaries(units, canaries, seed)
+            units = audited_units(units, canaries)
         pool = ClientPool(
             units,
             ledger=ledger,
@@ -477,15 +478,21 @@ def _drive(
     artifact.save(run_dir / ARTIFACT)
     method_seconds = elapsed + time.perf_counter() - began
 
-    report = evaluate_artifact(
-        artifact,
-        spec,
-        split,
-        ctx.profile,
-        run_dir,
-        pool.costs.summary(),
-        public_start_of(ctx),
-        canaries,
+    verbatim = check_release(artifact, split, spec.privacy.epsilon)
+    refused = verbatim is not None and verbatim.refused
+    report = (
+        {"metrics": {}, "settings": {}, "skipped": {}}  # a refused release is not scored
+        if refused
+        else evaluate_artifact(
+            artifact,
+            spec,
+            split,
+            ctx.profile,
+            run_dir,
+            pool.costs.summary(),
+            public_start_of(ctx),
+            canaries,
+        )
     )
     record = build_record(
         resolved=resolved,
@@ -502,7 +509,16 @@ def _drive(
         profile=ctx.profile,
         role=role,
         release_kind=artifact.kind,
+        verbatim=None if verbatim is None else verbatim.to_record(),
     )
+    if refused:
+        write_record(record, run_dir / REFUSED)
+        raise ReleaseRefused(
+            f"release refused: {verbatim.matched} of {verbatim.released} released texts copy "
+            f"private texts (train {verbatim.train}, validation {verbatim.validation}, test "
+            f"{verbatim.test}); at most {verbatim.allowed} match at the public part's natural "
+            f"rate; record: {run_dir / REFUSED}"
+        )
     write_record(record, run_dir / RESULT)
     return RunResult(resolved.run_key, run_dir, record, artifact)
 
