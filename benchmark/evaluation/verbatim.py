@@ -45,6 +45,9 @@ from benchmark.data import TEXT, FederatedSplit
 NGRAM = 12  # words; see the module docstring for the measurement that chose it
 ALPHA = 1e-3  # level of the one-sided test that a release matches more than public text does
 CONFIDENCE = 0.95  # of the upper bound on the public part's natural rate
+# The natural rate assumed for a split without a public part (nothing to calibrate on):
+# above every rate measured (0.08 % on chitchat, 0 to 0.25 % on kjv, upper bounds included).
+NO_PUBLIC_RATE = 0.01
 PRIVATE_PARTS = ("train", "validation", "test")
 PAIR_FIELDS = ("prompt", "chosen", "rejected")  # a preference tuple's text fields
 
@@ -141,8 +144,11 @@ def calibrate(index: VerbatimIndex, public_texts: Sequence[str]) -> Calibration:
 
 
 def upper_bound(k: int, n: int, confidence: float = CONFIDENCE) -> float:
-    """One-sided Clopper–Pearson upper bound on a rate seen k times in n; 1 when n = 0."""
-    if n == 0 or k >= n:
+    """One-sided Clopper–Pearson upper bound on a rate seen k times in n
+    (:data:`NO_PUBLIC_RATE` when n = 0)."""
+    if n == 0:
+        return NO_PUBLIC_RATE
+    if k >= n:
         return 1.0
     from scipy.stats import beta
 
