@@ -63,6 +63,11 @@ def test_a_shared_run_of_n_words_matches_and_a_shorter_one_does_not():
     assert check_texts([" ".join(TEST[0].split()[:NGRAM])], SPLIT, 1.0).test == 1
 
 
+def test_a_text_without_words_copies_nothing():
+    split = split_of([*TRAIN, "..."])  # a private text with no words (a tuple's empty text)
+    assert check_texts(["", " !? ", "..."], split, 1.0).matched == 0
+
+
 def test_what_the_public_part_also_holds_is_no_evidence():
     generic = PUBLIC[0]  # a private client said the same as a public one
     split = split_of([*TRAIN, generic])

@@ -61,8 +61,11 @@ def normalised_words(text: str) -> list[str]:
 
 def text_keys(text: str, n: int = NGRAM) -> frozenset[int]:
     """Hashes of what a copy would share: the whole normalised text (tagged, so it never
-    equals an n-gram's hash) and every run of ``n`` consecutive words."""
+    equals an n-gram's hash) and every run of ``n`` consecutive words; none for a text
+    without words (an empty text copies nothing)."""
     words = normalised_words(text)
+    if not words:
+        return frozenset()
     whole = hash(("text", " ".join(words)))
     return frozenset([whole, *(hash(tuple(words[i : i + n])) for i in range(len(words) - n + 1))])
 
@@ -96,7 +99,7 @@ class KeyIndex:
 
 @dataclass(frozen=True)
 class VerbatimIndex:
-    """The private parts' keys (minus those the public part holds) and the public part's."""
+    """Each private part's keys and the public part's (which make a shared key no evidence)."""
 
     private: dict[str, KeyIndex]
     public: KeyIndex
@@ -207,9 +210,12 @@ def check_texts(
 
 
 def _exact_copy(index: VerbatimIndex, text: str) -> bool:
-    whole = hash(("text", " ".join(normalised_words(text))))
-    return index.public.counts.get(whole, 0) == 0 and any(
-        whole in i.counts for i in index.private.values()
+    words = normalised_words(text)
+    whole = hash(("text", " ".join(words)))
+    return (
+        bool(words)
+        and index.public.counts.get(whole, 0) == 0
+        and any(whole in i.counts for i in index.private.values())
     )
 
 
