@@ -69,10 +69,11 @@ def build_record(
     role: str,
     release_kind: str,
     instrument: dict[str, str] | None = None,
+    verbatim: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     spec = resolved.spec
     models = profile.describe()
-    return {
+    record = {
         "schema_version": SCHEMA_VERSION,
         "run_key": resolved.run_key,
         "spec": resolved.to_dict(),
@@ -106,6 +107,9 @@ def build_record(
         "code_version": code_version(),
         "packages": package_versions(),
     }
+    if verbatim is not None:  # a release with texts: its copies of private texts, counted
+        record["verbatim"] = verbatim
+    return record
 
 
 def write_record(record: dict[str, Any], path: Path) -> None:

@@ -37,7 +37,8 @@ import torch
 
 from benchmark.artifact import Artifact, ArtifactError
 from benchmark.data import FederatedSplit, group_by_client
-from benchmark.federation.canaries import CanaryPlan, plan_canaries, with_canaries
+from benchmark.evaluation.verbatim import check_release
+from benchmark.federation.canaries import CanaryPlan, audited_units, plan_canaries
 from benchmark.federation.costs import CostCounters
 from benchmark.federation.local_dp_sgd import LocalLMTrainer
 from benchmark.federation.pool import INDEPENDENCE_CHECKS, ClientPool
@@ -47,7 +48,7 @@ from benchmark.files import Busy, atomic_write, exclusive_lock
 from benchmark.instrument import instrument_section
 from benchmark.method import Method, MethodContext
 from benchmark.privacy.budget import Budget
-from benchmark.privacy.errors import PrivacyError
+from benchmark.privacy.errors import PrivacyError, ReleaseRefused
 from benchmark.privacy.ledger import PrivacyLedger
 from benchmark.profiles.candidate_corpus import build_requested
 from benchmark.progress import progress
@@ -58,6 +59,7 @@ from benchmark.spec import ResolvedSpec, RunSpec, SpecError
 CHECKPOINT = "checkpoint.pt"
 ARTIFACT = "artifact.json"
 RESULT = "result.json"
+REFUSED = "refused.json"  # the record of a release refused publication
 POOL_SEED = "pool_seed.secret"
 LOCK = "run.lock"
 RELEASES = "releases"  # the release log (trusted state, like the checkpoint)
@@ -138,17 +140,16 @@ def privacy_units(split: FederatedSplit, unit: str) -> dict[str, list[dict[str, 
     return {f"{i:08d}": [r] for i, r in enumerate(records)}
 
 
-def canary_plan(spec: RunSpec, split: FederatedSplit, n_units: int, seed: int) -> CanaryPlan | None:
-    """The run's canaries when its evaluation lists the ``canary`` audit, else None."""
+def canary_plan(
+    spec: RunSpec, units: dict[str, list[dict[str, Any]]], seed: int
+) -> CanaryPlan | None:
+    """The run's canaries (real train units) when its evaluation lists the ``canary``
+    audit, else None."""
     if not any(m["name"] == "canary" for m in spec.evaluation.metrics):
         return None
     try:
         return plan_canaries(
-            split.texts("public"),
-            n_units,
-            seed,
-            spec.privacy.delta,
-            blind=spec.privacy.noise_seed != "spec",
+            units, seed, spec.privacy.delta, blind=spec.privacy.noise_seed != "spec"
         )
     except ValueError as exc:
         raise SpecError(f"evaluation.metrics: canary: {exc}") from exc
@@ -399,9 +400,9 @@ def run(
         work_dir = run_dir / "work"
         work_dir.mkdir(exist_ok=True)
         seed = pool_seed(spec, run_dir)
-        canaries = canary_plan(spec, split, len(units), seed)
+        canaries = canary_plan(spec, units, seed)
         if canaries is not None:
-            units = with_canaries(units, canaries, seed)
+            units = audited_units(units, canaries)
         pool = ClientPool(
             units,
             ledger=ledger,
@@ -539,9 +540,15 @@ def _drive(
     artifact.save(run_dir / ARTIFACT)
     method_seconds = own_seconds()
 
+    verbatim = check_release(artifact, split, spec.privacy.epsilon)
+    refused = verbatim is not None and verbatim.refused
     start = evaluation_start(ctx, downstream_config(spec).start)
-    report = evaluate_artifact(
-        artifact, spec, split, ctx.profile, run_dir, pool.costs.summary(), start, canaries
+    report = (
+        {"metrics": {}, "settings": {}, "skipped": {}}  # a refused release is not scored
+        if refused
+        else evaluate_artifact(
+            artifact, spec, split, ctx.profile, run_dir, pool.costs.summary(), start, canaries
+        )
     )
     record = build_record(
         resolved=resolved,
@@ -555,8 +562,19 @@ def _drive(
         profile=ctx.profile,
         role=role,
         release_kind=artifact.kind,
-        instrument=instrument_section([m["name"] for m in spec.evaluation.metrics], start),
+        instrument={}
+        if refused
+        else instrument_section([m["name"] for m in spec.evaluation.metrics], start),
+        verbatim=None if verbatim is None else verbatim.to_record(),
     )
+    if refused:
+        write_record(record, run_dir / REFUSED)
+        raise ReleaseRefused(
+            f"release refused: {verbatim.matched} of {verbatim.released} released texts copy "
+            f"private texts (train {verbatim.train}, validation {verbatim.validation}, test "
+            f"{verbatim.test}); at most {verbatim.allowed} match at the public part's natural "
+            f"rate; record: {run_dir / REFUSED}"
+        )
     write_record(record, run_dir / RESULT)
     return RunResult(resolved.run_key, run_dir, record, artifact)
 

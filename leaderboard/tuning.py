@@ -47,7 +47,7 @@ UNCHARGED_NOTE = (
     "entry's epsilon is one run's"
 )
 # Metrics that change what a run trains on, not only what is measured: the canary audit
-# inserts its canaries as privacy units (more units, another sampling rate and noise), so a
+# holds out half its canaries, real units (fewer units, another sampling rate and noise), so a
 # candidate keeps it to tune the pipeline the suite runs.
 TRAINING_METRICS = ("canary",)
 

@@ -10,6 +10,7 @@ import contextlib
 import gc
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -678,3 +679,38 @@ class Daemon(Adversary):
     def round(self, ctx, state, r):
         daemonise(self.config["tag"])  # the server side's, before the clients run
         return super().round(ctx, state, r)
+
+
+@register("adv_rebuilt_corpus")
+class RebuiltCorpus(Adversary):
+    """Issue 33, class 6: releases private texts it got from the data's own source (a demo
+    split rebuilt from a package corpus) as its "synthetic" set. The sandbox closes that read;
+    here the texts come in through the spec (``texts``), the test's stand-in for the corpus."""
+
+    configs = {"tiny": {"texts": []}}
+
+    def finish(self, ctx, state):
+        return Artifact("texts", texts=list(self.config["texts"]))
+
+
+# The form of the marker canaries before issue 33: one record of eight words of 3-12 letters
+# drawn from the public vocabulary, lower case, no punctuation.
+MARKER = re.compile(r"(?:[a-z]{3,12} ){7}[a-z]{3,12}")
+
+
+def looks_like_canary(texts):
+    """Issue 33, class 9's recogniser: a unit whose only text has the markers' form."""
+    return len(texts) == 1 and MARKER.fullmatch(texts[0]) is not None
+
+
+@register("adv_drops_canaries")
+class DropsCanaries(Adversary):
+    """Issue 33, class 9: releases every unit's texts except those of units it takes for
+    canaries, so that the canary audit sees nothing. ``units`` (one list of texts per unit of
+    the run) stands for what a leak around the pool delivered (channels the sandbox closes)."""
+
+    configs = {"tiny": {"units": []}}
+
+    def finish(self, ctx, state):
+        kept = [t for texts in self.config["units"] if not looks_like_canary(texts) for t in texts]
+        return Artifact("texts", texts=kept)

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from benchmark.artifact import KINDS, Artifact
-from benchmark.data import FederatedSplit
+from benchmark.data import TEXT, FederatedSplit
 from benchmark.evaluation.downstream import DownstreamConfig, DownstreamResult, run_downstream
 from benchmark.evaluation.embedding_cache import EmbeddingCache
 from benchmark.evaluation.sampling import shuffled_subset
@@ -111,6 +111,21 @@ class EvalContext:
         if self._embeddings is None:
             self._embeddings = EmbeddingCache(self.profile.embedder(), self.work_dir / "embeddings")
         return self._embeddings.embed(texts)
+
+    def member_texts(self) -> list[str]:
+        """The train texts the run trained on: the split's, minus those of the canaries the
+        audit held out of the run (real train units, :mod:`benchmark.federation.canaries`)."""
+        texts = self.split.texts("train")
+        if self.canaries is None:
+            return texts
+        plan = self.canaries
+        held_out = {
+            r[TEXT]
+            for unit, i in zip(plan.units, plan.included, strict=True)
+            if not i
+            for r in unit
+        }
+        return [t for t in texts if t not in held_out]
 
     def has_downstream(self, artifact: Artifact) -> bool:
         return artifact_key(artifact) in self._trained

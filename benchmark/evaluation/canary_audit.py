@@ -8,20 +8,26 @@ release and reports the largest ε the guesses refute at 95 % confidence, beside
 ceiling that m canaries can show at all. A bound above the accounted ε means the release
 reveals more than its ledger says: the leaderboard flags such an entry.
 
-Scores ("higher = more likely included"), a function of the release and public data only:
+The canaries are real train units (:mod:`benchmark.federation.canaries`), each with its own
+records. Scores ("higher = more likely included"), a function of the release, the canary's
+records and public data only, one per canary (the mean or the best over its records):
 
-- a released model, or the downstream LM trained on released texts: the canary's mean
-  token loss under the public start (what released texts are fine-tuned from and the
-  federated methods start from) minus under that LM (:func:`loss_difference_scores`;
-  a model on a vocabulary of its own has no start in that vocabulary, so its score is
-  minus its loss);
-- a released text set, in addition: the canary's highest cosine similarity to a released
-  text (:func:`max_cosine_scores`), which a copied canary maximises. The reported bound is
-  the larger of the two audits, each at β/2 (a union bound keeps 95 % overall);
-- on a preference split (paper 003) the canaries are tuples (:func:`canary_pair`) and the
-  score is the downstream policy's implicit DPO margin on them, PREMIA's score: a policy
-  aligned on pairs that carry a canary, or fine-tuned on it (DP-FT), prefers its chosen
-  half.
+- a released model, or the downstream LM trained on released texts: the mean over the
+  canary's texts of their token loss under the public start (what released texts are
+  fine-tuned from and the federated methods start from) minus under that LM
+  (:func:`loss_difference_scores`; a model on a vocabulary of its own has no start in that
+  vocabulary, so its score is minus its loss);
+- a release with texts (or pairs), in addition, the copy score: a canary whose text the
+  release copies by the verbatim detector's rule (:func:`benchmark.evaluation.verbatim.
+  matched_mask`) ranks above every canary it does not copy, and within each group the
+  canary's highest cosine similarity to a released text orders them
+  (:func:`max_cosine_scores`). So the detector and the audit back each other: a copied
+  canary counts in both. The reported bound is the larger of the two audits, each at β/2
+  (a union bound keeps 95 % overall);
+- on a preference split (paper 003) the canaries are tuples and the loss score is replaced
+  by the downstream policy's implicit DPO margin on the canary's tuples, PREMIA's score: a
+  policy aligned on pairs that carry a canary, or fine-tuned on it (DP-FT), prefers its
+  chosen reply.
 """
 
 from __future__ import annotations
@@ -31,10 +37,17 @@ from typing import Any
 import numpy as np
 
 from benchmark.artifact import INSTRUMENT, Artifact
+from benchmark.data import TEXT
 from benchmark.evaluation.base import DOWNSTREAM_KINDS, EvalContext, Metric, MetricNotApplicable
 from benchmark.evaluation.downstream import sequence_losses
 from benchmark.evaluation.preference_audit import implicit_margins
-from benchmark.federation.canaries import PAIR_FIELDS, canary_pair
+from benchmark.evaluation.verbatim import (
+    PAIR_FIELDS,
+    KeyIndex,
+    matched_mask,
+    record_texts,
+    released_texts,
+)
 from benchmark.privacy.audit import (
     BETA,
     AuditResult,
@@ -42,8 +55,6 @@ from benchmark.privacy.audit import (
     loss_difference_scores,
     max_cosine_scores,
 )
-
-MARKER_TOKENS = 32  # a canary's chosen half (four words) fits
 
 
 class CanaryAudit(Metric):
@@ -60,22 +71,22 @@ class CanaryAudit(Metric):
         plan = ctx.canaries
         if plan is None:
             raise MetricNotApplicable("this run inserted no canaries")
-        texts, included = list(plan.texts), np.array(plan.included)
+        included = np.array(plan.included)
         if _preference_tuples(ctx):
-            pairs = [canary_pair(t) for t in texts]
-            audits = {"margin": implicit_margins(ctx, artifact, pairs, MARKER_TOKENS)}
+            audits = {"margin": self._margin_scores(artifact, ctx, plan.units)}
         else:
-            audits = {"loss": self._loss_scores(artifact, ctx, texts)}
-        if artifact.kind in ("texts", "labelled_texts"):
-            released = ctx.embed(ctx.release_texts(artifact, self.name))
-            audits["cosine"] = max_cosine_scores(ctx.embed(texts), released)
+            audits = {"loss": self._loss_scores(artifact, ctx, plan.units)}
+        released = released_texts(artifact)
+        if released:
+            audits["copy"] = copy_scores(ctx, plan.units, released)
         level = self.beta / len(audits)
         results = {k: audit(s, included, plan.delta, level) for k, s in audits.items()}
         score, best = max(results.items(), key=lambda kv: kv[1].epsilon_lower_bound)
         self.record(score=score, blind=plan.blind, m=best.m)
         return summary(best)
 
-    def _loss_scores(self, artifact: Artifact, ctx: EvalContext, texts: list[str]) -> Any:
+    def _loss_scores(self, artifact: Artifact, ctx: EvalContext, units: Units) -> np.ndarray:
+        texts, owner = flattened([[r[TEXT] for r in unit] for unit in units])
         target = ctx.downstream_result(artifact)
         cfg = ctx.downstream
 
@@ -86,9 +97,51 @@ class CanaryAudit(Metric):
 
         release = losses(target.model)
         if artifact.tokenizer not in INSTRUMENT:
-            return -release
+            return per_canary(-release, owner, len(units), np.nanmean)
         start = ctx.start_model() if ctx.start_model else ctx.profile.ondevice_lm().new_model(0)
-        return loss_difference_scores(release, losses(start))
+        scores = loss_difference_scores(release, losses(start))
+        return per_canary(scores, owner, len(units), np.nanmean)
+
+    def _margin_scores(self, artifact: Artifact, ctx: EvalContext, units: Units) -> np.ndarray:
+        from benchmark.preference_training import AlignmentConfig
+
+        pairs, owner = flattened([[{f: r[f] for f in PAIR_FIELDS} for r in u] for u in units])
+        tokens = AlignmentConfig(**ctx.downstream.alignment).max_completion_tokens
+        margins = implicit_margins(ctx, artifact, pairs, tokens)
+        return per_canary(margins, owner, len(units), np.nanmean)
+
+
+Units = tuple[tuple[dict[str, Any], ...], ...]
+
+
+def copy_scores(ctx: EvalContext, units: Units, released: list[str]) -> np.ndarray:
+    """Per canary: 2 when the release copies one of its texts (the verbatim detector's
+    rule), plus the share of its texts copied, plus its best cosine similarity to a released
+    text (in [-1, 1]): every copied canary outranks every other, cosine orders the rest."""
+    texts, owner = flattened([record_texts(unit) for unit in units])
+    public = KeyIndex(record_texts(ctx.split.records("public")))
+    copied = np.array(matched_mask(texts, released, public), dtype=float)
+    share = per_canary(copied, owner, len(units), np.mean)
+    nearest = max_cosine_scores(ctx.embed(texts), ctx.embed(released))
+    return 2.0 * (share > 0) + share + per_canary(nearest, owner, len(units), np.max)
+
+
+def flattened(groups: list[list[Any]]) -> tuple[list[Any], np.ndarray]:
+    """The items of ``groups`` in one list, and the group index of each."""
+    items = [item for group in groups for item in group]
+    owner = np.repeat(np.arange(len(groups)), [len(g) for g in groups])
+    return items, owner
+
+
+def per_canary(values: np.ndarray, owner: np.ndarray, m: int, reduce: Any) -> np.ndarray:
+    """``reduce`` of each canary's values; NaN (an abstention) for a canary with none."""
+    values = np.asarray(values, float)
+    out = np.full(m, np.nan)
+    for i in range(m):
+        mine = values[owner == i]
+        if len(mine) and not np.isnan(mine).all():
+            out[i] = reduce(mine[~np.isnan(mine)])
+    return out
 
 
 def _preference_tuples(ctx: EvalContext) -> bool:

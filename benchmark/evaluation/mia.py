@@ -22,7 +22,6 @@ import numpy as np
 from sklearn.metrics import roc_auc_score
 
 from benchmark.artifact import Artifact
-from benchmark.data import FederatedSplit
 from benchmark.evaluation.base import (
     DOWNSTREAM_KINDS,
     TEXT_KINDS,
@@ -60,15 +59,17 @@ def calibrated_attack_auc(
 
 
 def audit_samples(
-    split: FederatedSplit, n_samples: int, seed: int, nonmember_parts: tuple[str, ...]
+    ctx: EvalContext, n_samples: int, seed: int, nonmember_parts: tuple[str, ...]
 ) -> tuple[list[str], list[str]]:
-    """Equal-sized seeded samples of member (train) and non-member (held-out) texts."""
-    nonmember_pool = [t for part in nonmember_parts for t in split.texts(part)]
-    n = min(n_samples, len(split.texts("train")), len(nonmember_pool))
+    """Equal-sized seeded samples of member (the run's train) and non-member (held-out)
+    texts."""
+    members = ctx.member_texts()
+    nonmember_pool = [t for part in nonmember_parts for t in ctx.split.texts(part)]
+    n = min(n_samples, len(members), len(nonmember_pool))
     if n < 2:
         raise MetricNotApplicable("membership inference needs >= 2 members and non-members")
     return (
-        shuffled_subset(split.texts("train"), n, seed),
+        shuffled_subset(members, n, seed),
         shuffled_subset(nonmember_pool, n, seed + 1),
     )
 
@@ -124,9 +125,7 @@ class MembershipInference(Metric):
         return ctx.downstream_result(Artifact(kind="texts", texts=public)).model
 
     def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
-        members, nonmembers = audit_samples(
-            ctx.split, self.n_samples, ctx.seed, self.nonmember_parts
-        )
+        members, nonmembers = audit_samples(ctx, self.n_samples, ctx.seed, self.nonmember_parts)
         target = ctx.downstream_result(artifact)
         cfg = ctx.downstream
 
@@ -170,9 +169,7 @@ class DistanceToClosestRecord(Metric):
         self.n_samples, self.nonmember_parts = n_samples, tuple(nonmember_parts)
 
     def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
-        members, nonmembers = audit_samples(
-            ctx.split, self.n_samples, ctx.seed, self.nonmember_parts
-        )
+        members, nonmembers = audit_samples(ctx, self.n_samples, ctx.seed, self.nonmember_parts)
         self.record(featurizer=ctx.profile.embedder().name)
         synthetic = ctx.embed(ctx.release_texts(artifact, self.name))
         d_members = closest_distances(ctx.embed(members), synthetic)

@@ -2,123 +2,84 @@
 coordinator's side, which alone knows which canaries are in the run.
 
 A run whose evaluation lists the ``canary`` metric gets ``m = min(1000, n_units // 10)``
-canaries (none below :data:`MIN_CANARIES`). Each is one privacy unit holding one record
-whose text is a marker: :data:`MARKER_WORDS` words drawn from the split's *public*
-vocabulary, so no model has a prior for the sequence and whatever a release knows of it
-came from the canary. Each canary is in the run with probability 1/2 (Steinke et al.'s
-Algorithm 1); the bits and the texts come from the run's pool seed through a stream of
-their own, so they are in neither the spec nor the record, and a resumed run draws the same
-ones. The included canaries join the train units under random ids before the pool exists;
-the method process and the client workers see them as ordinary units. The evaluator
-scores all m after the release (:mod:`benchmark.evaluation.canary_audit`).
+canaries (none below :data:`MIN_CANARIES`). The canaries are **real privacy units of the
+split's train part**, drawn at random with the run's pool seed: each keeps its own records
+(texts, dates, labels, ids, as many as it has), so nothing about a canary tells it apart
+from the units around it — an adapter that leaves out the units it suspects are canaries
+leaves out random real units. Each canary is in the run with probability 1/2 (Steinke et
+al.'s Algorithm 1): an excluded canary is held out of the run, a unit of the same
+distribution that the run never sees. The draw, its order and the bits come from the pool
+seed through a stream of their own, so they are in neither the spec nor the record, and a
+resumed run draws the same ones. The evaluator scores all m after the release
+(:mod:`benchmark.evaluation.canary_audit`).
 
-Record shape: a copy of a random real unit's first record with its text fields replaced
-(``text``; for preference tuples ``prompt`` / ``chosen`` / ``rejected`` are the marker's
-first half, its second half, and that half reversed), so client functions that read other fields
-(dates, labels) run unchanged. The copied non-text fields are a real unit's metadata; they
-are not counted twice by the accountant because no text of that unit is copied.
+The run's population is the split's train units minus the excluded canaries (about m/2,
+5 % of the units): a run that lists the audit trains on slightly fewer units than one that
+does not, which is why the audit is a training metric (``leaderboard/tuning.py``).
 
-Not covered: an adapter whose client code recognises canaries (a marker is not natural
-text) can leave them out and evade the audit. The audit measures how much a release
-reveals about units it treated like any other; it is a check on the accounting, not a
-proof against an adversary (``docs/architecture.md``).
+Earlier canaries were markers (eight random public words, one record per unit); client code
+could recognise and drop them and the audit then reported 0 for a release of every train
+text (issue 33, class 9). ``tests/test_verbatim.py`` keeps that recogniser and shows it
+finds no canary among these.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from benchmark.data import CLIENT_ID, TEXT
-
 MAX_CANARIES = 1000
 MIN_CANARIES = 10
-MARKER_WORDS = 8
-MIN_VOCABULARY = 20
 CANARY_STREAM = 0xCA7A  # the plan's own stream of the pool seed
-PAIR_FIELDS = ("prompt", "chosen", "rejected")
 
 
 @dataclass(frozen=True)
 class CanaryPlan:
-    """The m canary texts, which of them are in the run, and the run's δ."""
+    """The m canary units (ids and records, in draw order), which are in the run, and δ."""
 
-    texts: tuple[str, ...]
+    unit_ids: tuple[str, ...]
+    units: tuple[tuple[dict[str, Any], ...], ...]
     included: tuple[bool, ...]
     delta: float
     blind: bool  # False when the bits can be derived from the public spec (noise_seed: spec)
 
+    @property
+    def excluded(self) -> frozenset[str]:
+        """The held-out canaries: units of the split that are not in the run."""
+        return frozenset(u for u, i in zip(self.unit_ids, self.included, strict=True) if not i)
+
 
 def canary_count(n_units: int) -> int:
-    """m: the paper's 1,000 at most, and about 5 % of the population after inclusion."""
+    """m: the paper's 1,000 at most, and a tenth of the population (half of them held out)."""
     m = min(MAX_CANARIES, n_units // 10)
     return m if m >= MIN_CANARIES else 0
 
 
-def marker_vocabulary(public_texts: list[str]) -> list[str]:
-    """The distinct lower-case words (3-12 letters) of the public texts, sorted."""
-    return sorted({w for t in public_texts for w in re.findall(r"[a-z]{3,12}", t.lower())})
-
-
 def plan_canaries(
-    public_texts: list[str], n_units: int, seed: int, delta: float, blind: bool
+    units: dict[str, list[dict[str, Any]]], seed: int, delta: float, blind: bool
 ) -> CanaryPlan:
-    """Draw the canaries of a run with ``n_units`` privacy units from its pool ``seed``."""
-    m = canary_count(n_units)
+    """Draw the canaries of a run over ``units`` (the train part by privacy unit) from its
+    pool ``seed``: m distinct units, uniformly, then one fair coin per canary."""
+    m = canary_count(len(units))
     if m == 0:
         raise ValueError(
             f"the canary audit needs at least {10 * MIN_CANARIES} privacy units, "
-            f"the split has {n_units}"
-        )
-    vocabulary = marker_vocabulary(public_texts)
-    if len(vocabulary) < MIN_VOCABULARY:
-        raise ValueError(
-            f"the canary audit draws its markers from the public part's words; it has "
-            f"{len(vocabulary)} distinct words, fewer than {MIN_VOCABULARY}"
+            f"the split has {len(units)}"
         )
     rng = np.random.default_rng([seed % 2**63, CANARY_STREAM])
-    texts = tuple(" ".join(rng.choice(vocabulary, MARKER_WORDS)) for _ in range(m))
+    ids = sorted(units)
+    chosen = tuple(ids[int(i)] for i in rng.choice(len(ids), size=m, replace=False))
     included = tuple(bool(b) for b in rng.random(m) < 0.5)
-    return CanaryPlan(texts, included, delta, blind)
+    records = tuple(tuple(dict(r) for r in units[u]) for u in chosen)
+    return CanaryPlan(chosen, records, included, delta, blind)
 
 
-def with_canaries(
-    units: dict[str, list[dict[str, Any]]], plan: CanaryPlan, seed: int
+def audited_units(
+    units: dict[str, list[dict[str, Any]]], plan: CanaryPlan
 ) -> dict[str, list[dict[str, Any]]]:
-    """``units`` plus one unit per included canary (random ids, records shaped like real ones)."""
-    rng = np.random.default_rng([seed % 2**63, CANARY_STREAM, 1])
-    real = sorted(units)
-    out = dict(units)
-    for text, included in zip(plan.texts, plan.included, strict=True):
-        if not included:
-            continue
-        unit_id = f"{int(rng.integers(2**62)):016x}"
-        while unit_id in out:
-            unit_id = f"{int(rng.integers(2**62)):016x}"
-        template = units[real[int(rng.integers(len(real)))]][0]
-        out[unit_id] = [canary_record(template, text, unit_id)]
-    return out
-
-
-def canary_record(template: dict[str, Any], text: str, unit_id: str) -> dict[str, Any]:
-    """``template`` with its text fields replaced by the canary's marker (and nothing of
-    another canary: an excluded one must appear nowhere in the run)."""
-    record = {**template, TEXT: text, CLIENT_ID: unit_id}
-    if all(k in template for k in PAIR_FIELDS):
-        record.update(canary_pair(text))
-    return record
-
-
-def canary_pair(text: str) -> dict[str, str]:
-    """A marker as a preference tuple: its first half the prompt, its second half chosen
-    over the same words reversed."""
-    words = text.split()
-    prompt, chosen = words[: len(words) // 2], words[len(words) // 2 :]
-    return {
-        "prompt": " ".join(prompt),
-        "chosen": " ".join(chosen),
-        "rejected": " ".join(chosen[::-1]),
-    }
+    """The run's population: ``units`` without the excluded canaries (the included ones
+    stay as they are, under their own ids)."""
+    held_out = plan.excluded
+    return {u: records for u, records in units.items() if u not in held_out}

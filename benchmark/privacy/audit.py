@@ -24,45 +24,39 @@ candidate is tested at level β/K for a grid of K splits (a union bound), so the
 them still holds at confidence 1 - β. A single pre-registered split (a fixed guess
 budget) needs no correction: pass a one-element grid.
 
-Canary design (how the runner inserts and scores canaries)
-----------------------------------------------------------
+Canary design (how the runner draws and scores canaries)
+--------------------------------------------------------
 Unit.
-    A canary is one privacy unit of the run: one extra client holding one canary text
-    under ``privacy.unit = "user"``, one extra record under ``"sample"``. The accountant's
-    guarantee is for adding or removing one unit, which is exactly what flipping a
-    canary's inclusion bit does, so Theorem 5.2 applies with the run's own (ε, δ).
+    A canary is one privacy unit of the run: a real unit of the split's train part (a client
+    with all its records under ``privacy.unit = "user"``, one record under ``"sample"``).
+    The accountant's guarantee is for adding or removing one unit, which is exactly what
+    flipping a canary's inclusion bit does, so Theorem 5.2 applies with the run's own
+    (ε, δ). Being real units of the same distribution, canaries cannot be told apart from
+    the other units by their form; marker canaries could (issue 33).
 How many.
     ``m = min(1000, n_units // 10)`` canaries, ``n_units`` the split's train units: 1,000
-    is the paper's scale, and the cap keeps the ~m/2 included canaries to about 5% of the
+    is the paper's scale, and the cap keeps the ~m/2 held-out canaries to about 5% of the
     training population so the utility numbers barely move. ``m`` limits what the audit
     can show: even perfect guesses prove at most :func:`max_attainable_bound` (5.1 for
     m = 1,000, 2.2 for m = 50, 0.45 for m = 10 at δ = 1e-5; a perfect attack reaches about
     4.4 at m = 1,000, as the in/out counts are rarely exactly m/2), recorded as
     ``epsilon_ceiling``. An entry whose claimed ε is above the ceiling cannot be flagged.
-Texts.
-    Canary texts come from a canary pool that neither the method nor the evaluator uses
-    otherwise: held-out texts (never the test texts the evaluator scores, never the public
-    part the method reads). Each gets a random marker (a few words drawn from a fixed word
-    list with the secret seed) so that every canary is unique and the public starting
-    model has no prior for it: whatever the release knows about the marker came from the
-    canary. Texts must tokenize to at least two tokens (shorter ones get NaN losses). A
-    text release rarely reproduces a marker, so there the score rests on the held-out
-    text itself; a weak text-release audit is the expected outcome for a DP method.
-Inclusion bits.
-    ``S_i ~ Bernoulli(1/2)`` i.i.d., drawn from the run's secret pool seed
-    (``pool_seed.secret``) through a stream of its own, so they are neither in the spec nor
-    in the record. The included canaries join the train units under random client ids,
-    indistinguishable from real clients to the method; the excluded ones are never seen.
-    The canary order (which ties are broken by) is the pool's, fixed before the bits.
-    With ``privacy.noise_seed = "spec"`` the bits are derivable from the public spec, so
-    the record should mark that audit as not blind.
+Selection and inclusion bits.
+    The m units are drawn uniformly without replacement, then ``S_i ~ Bernoulli(1/2)``
+    i.i.d., both from the run's secret pool seed (``pool_seed.secret``) through a stream
+    of their own, so they are neither in the spec nor in the record. An included canary
+    stays in the run as the unit it is; an excluded one is held out and never seen. The
+    canary order (which ties are broken by) is the draw's, fixed before the bits. With
+    ``privacy.noise_seed = "spec"`` the bits are derivable from the public spec, so the
+    record marks that audit as not blind.
 Scoring.
     After the release, in the trusted evaluator (which alone reads the bits), each canary
-    gets a score that is a function of the release and public data only, higher meaning
-    "more likely included". A model release uses :func:`loss_difference_scores` (canary
-    loss under the public start minus under the released model); a text release uses
-    :func:`max_cosine_scores` (the canary's highest cosine similarity to the released
-    texts, embedded with the profile's embedder). NaN scores are abstentions.
+    gets a score that is a function of the release, the canary's records and public data
+    only, higher meaning "more likely included". A model release uses
+    :func:`loss_difference_scores` (loss under the public start minus under the released
+    model, averaged over the canary's texts); a text release also the copy score (whether
+    the release copies the canary's texts, by the verbatim detector's rule, then
+    :func:`max_cosine_scores`). NaN scores are abstentions.
 Record.
     :func:`audit` with the run's δ and β = 0.05 gives an :class:`AuditResult`;
     ``AuditResult.to_record()`` is stored as the record's ``audit`` block

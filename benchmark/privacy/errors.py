@@ -15,3 +15,8 @@ class BudgetExceededError(PrivacyError):
         )
         self.epsilon = epsilon
         self.budget = budget
+
+
+class ReleaseRefused(PrivacyError):
+    """A release that copies private texts beyond the natural rate (the verbatim detector,
+    ``benchmark/evaluation/verbatim.py``): its record is kept, it is never published."""
