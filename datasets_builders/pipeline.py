@@ -59,6 +59,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import importlib.util
+import inspect
 import itertools
 import json
 import random
@@ -277,6 +278,9 @@ def chunk_texts(
 
 
 def _records_cache(source: Source, options: SplitOptions, revision: str, cache_dir: Path) -> Path:
+    """Keyed by the source's code too: records cached by an older mapping (e.g. chitchat's
+    conversation-side clients before person clients) must not build a split under the new."""
+    code = mf.sha256(Path(inspect.getfile(type(source))).read_bytes())
     key = mf.sha256(
         mf.canonical(
             {
@@ -284,6 +288,7 @@ def _records_cache(source: Source, options: SplitOptions, revision: str, cache_d
                 "options": options.source_options,
                 "revision": revision,
                 "max_records": options.max_records,
+                "code": code,
             }
         )
     )[:16]

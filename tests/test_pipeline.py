@@ -308,3 +308,19 @@ def test_a_source_may_pin_everything_to_public(tmp_path):
     manifest, split = build(tmp_path, ToySource(records), span_length=None)
     assert len(split.records("public")) == 8 and not split.records("train")
     assert manifest["counts"]["train"]["clients"] == 0
+
+
+def test_the_records_cache_is_keyed_by_the_sources_code(tmp_path, monkeypatch):
+    """Records a source mapped with older code are not reused to build a split under newer
+    code (chitchat's clients changed from conversation sides to people)."""
+    from datasets_builders import pipeline
+
+    source, options = ToySource(make_records()), SplitOptions()
+    old, new = tmp_path / "old.py", tmp_path / "new.py"
+    old.write_text("client = conversation side\n")
+    new.write_text("client = person\n")
+    monkeypatch.setattr(pipeline.inspect, "getfile", lambda _: str(old))
+    before = pipeline._records_cache(source, options, "r1", tmp_path)
+    assert pipeline._records_cache(source, options, "r1", tmp_path) == before
+    monkeypatch.setattr(pipeline.inspect, "getfile", lambda _: str(new))
+    assert pipeline._records_cache(source, options, "r1", tmp_path) != before
