@@ -24,12 +24,15 @@ from leaderboard.entries import (
     PublicationRefused,
     build_entry,
     canary_refutation,
+    content_digest,
     entry_key,
     version_definition,
 )
 from leaderboard.executors import Executor, Job, LocalExecutor, cached_split, run_job
+from leaderboard.schema import EntryError
 from leaderboard.signing import accepted_keys, host_key, sign_entry, verified_body
 from leaderboard.store import (
+    record_path,
     stored_records,
     superseded_entries,
     write_entry,
@@ -37,7 +40,7 @@ from leaderboard.store import (
     write_record,
     write_version,
 )
-from leaderboard.store_index import update_index
+from leaderboard.store_index import INDEX_FILE, read_index, update_index
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -398,11 +401,19 @@ def signed_records(
     results_root: Path, lb_version: str, split_name: str, keys: dict[str, Ed25519PublicKey]
 ) -> dict[str, Any]:
     """The run records the store keeps for this version and split, by run key, each checked
-    against ``keys`` (a record edited in the store stops the suite) and returned without
-    its signature, as the run wrote it."""
+    against ``keys`` and against the store's signed index, when it has one (a record edited
+    in the store stops the suite, whoever re-signed it), and returned without its
+    signature, as the run wrote it."""
+    indexed = (results_root / INDEX_FILE).exists()
+    listed = read_index(results_root, keys) if indexed else {}
     records = {}
     for signed in stored_records(results_root, lb_version, split_name):
-        records[signed["run_key"]] = verified_body(signed, keys)
+        body = verified_body(signed, keys)
+        path = record_path(results_root, lb_version, split_name, body["run_key"])
+        name = path.relative_to(results_root).as_posix()
+        if indexed and listed.get(name) != content_digest(body):
+            raise EntryError(f"kept record {name}: not as the store's signed index lists it")
+        records[body["run_key"]] = body
     return records
 
 
