@@ -23,14 +23,40 @@ from leaderboard.schema import ENTRY_SCHEMA_VERSION, EntryError, validate_entry
 AUDIT_PREFIXES = ("mia.", "premia.", "dcr.", "canary.")
 
 
+CANARY_BOUND = "canary.epsilon_lower_bound"
+
+
+class PublicationRefused(ValueError):
+    """A record or entry the harness will not sign or publish (its canary audit refutes its
+    accounted ε)."""
+
+
+def canary_refutation(document: dict[str, Any]) -> str | None:
+    """Why the canary audit refutes the accounted ε of ``document`` (a run record, or an
+    entry: the worst of its seeds), else None. Such a release shows more than its ledger
+    allows (a bug in a mechanism, or a method that leaks around it), so it is never signed
+    and ``leaderboard verify`` refuses it; a truly ε-DP run is refused with probability at
+    most the audit's β (docs/architecture.md, "Record integrity")."""
+    claimed = document.get("privacy", {}).get("epsilon")
+    if claimed is None or claimed == "inf":
+        return None
+    if "audit" in document:
+        bounds = document["audit"].get(CANARY_BOUND, {}).get("values", [])
+    else:
+        bound = document.get("metrics", {}).get(CANARY_BOUND)
+        bounds = [] if bound is None else [bound]
+    worst = max((float(b) for b in bounds if b == b), default=None)  # b == b: not NaN
+    if worst is None or worst <= float(claimed) + 1e-9:
+        return None
+    return (
+        f"the canary audit's ε lower bound {worst:.4g} exceeds the accounted ε "
+        f"{float(claimed):.4g}: the release reveals more than its ledger allows"
+    )
+
+
 def audit_exceeds_epsilon(entry: dict[str, Any]) -> bool:
-    """True when a seed's canary audit refutes the entry's accounted ε: the release shows
-    more than its ledger allows (a bug in a mechanism, or a method that leaks around it)."""
-    bounds = entry.get("audit", {}).get("canary.epsilon_lower_bound", {}).get("values", [])
-    if not bounds:
-        return False
-    claimed = entry["privacy"]["epsilon"]
-    return claimed != "inf" and any(b > float(claimed) + 1e-9 for b in bounds)
+    """True when a seed's canary audit refutes the entry's accounted ε."""
+    return canary_refutation(entry) is not None
 
 
 # Bump when a metric's definition changes. 2: text metrics also score model releases (on
@@ -69,6 +95,17 @@ def integrity_digest(entry: dict[str, Any]) -> str:
     digest, covers the digest; see leaderboard/signing.py)."""
     body = {k: v for k, v in entry.items() if k not in ("integrity", "signature")}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def content_digest(document: dict[str, Any]) -> str:
+    """sha256 of ``document`` minus its signature, as canonical JSON (after a JSON round
+    trip, so a record in memory and the same record read back from the store agree). An
+    entry lists its run records' digests and the store's signed index every file's, so an
+    edited record never matches, whoever re-signs it."""
+    body = json.loads(json.dumps({k: v for k, v in document.items() if k != "signature"}))
+    return hashlib.sha256(
+        json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
 
 
 def entry_key(run_key: str, seed: int) -> str:
@@ -163,6 +200,7 @@ def build_entry(run_records: Sequence[dict[str, Any]], lb_version: str) -> dict[
         "runs": [r["run_key"] for r in run_records],
         **_instruments(run_records),
         **entry_client_hits(run_records),
+        "run_digests": [content_digest(r) for r in run_records],
     }
     entry["integrity"] = integrity_digest(entry)
     validate_entry(entry)

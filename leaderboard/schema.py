@@ -113,6 +113,9 @@ ENTRY_SCHEMA: dict[str, Any] = {
         },
         # Per-client next-token hits of the seeds (absent in entries from before them).
         "per_client": PER_CLIENT_SCHEMA,
+        # content_digest of each run's record, in the order of `runs` (absent in entries
+        # from before entries bound their records): an edited kept record never matches.
+        "run_digests": {"type": "array", "items": {"type": "string", "pattern": "^[0-9a-f]{64}$"}},
         "integrity": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
         # Ed25519 over the rest of the entry (leaderboard/signing.py); `leaderboard verify`
         # refuses an entry without one unless told --allow-unsigned.

@@ -8,9 +8,15 @@ public half is exported into the store as ``_keys/<key-id>.pub`` and committed w
 entries, so anyone can verify without the private key, and adding a key shows up in review
 as a new file.
 
-A valid signature proves the entry was written, unchanged since, by a host holding a key in
-the store's keyring. It does not prove that host ran honest code: see "Record integrity" in
-docs/architecture.md.
+Which keys count: by default only the repository's key list (``results/_keys/`` of this
+checkout), whatever store is checked, so a store that brings its own key file (a submission
+bundle, a copy, ``my-results``) vouches for nothing by it; naming a key (``--trust``) or this
+host's own key (``--trust-host``) is an explicit opt-in (:func:`accepted_keys`).
+
+A valid signature proves the entry was written, unchanged since, by a host holding an
+accepted key. It does not prove that host ran honest code: see "Record integrity" in
+docs/architecture.md. Nothing whose canary audit refutes its ε is ever signed
+(:func:`sign_entry`).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +32,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from leaderboard.entries import PublicationRefused, canary_refutation
 from leaderboard.schema import EntryError
 
 ALGORITHM = "ed25519"
@@ -34,6 +42,8 @@ KEYS_DIR = "_keys"
 # Domain separation: a signature made for an entry is never valid for anything else.
 _CONTEXT = b"fedsynth leaderboard entry v1\n"
 _REPOSITORY = Path(__file__).resolve().parent.parent
+# The published store of this checkout: its _keys/ is the repository's key list.
+REPOSITORY_STORE = _REPOSITORY / "results"
 
 
 class SigningKeyError(ValueError):
@@ -143,6 +153,48 @@ def keyring(store: Path) -> tuple[dict[str, Ed25519PublicKey], list[tuple[Path, 
     return keys, problems
 
 
+def host_public_key() -> Ed25519PublicKey:
+    """This host's public key, from its private key file; never creates one (a check that
+    trusts this host's key must not make up a key that signed nothing)."""
+    path = key_path()
+    if not path.exists():
+        raise SigningKeyError(f"no signing key at {path}: this host has signed nothing")
+    return _load_key(path).public_key()
+
+
+def accepted_keys(
+    store: Path, *, trusted: Collection[str] | None = None, trust_host: bool = False
+) -> tuple[dict[str, Ed25519PublicKey], list[tuple[Path, str]]]:
+    """The keys whose signatures count in ``store``, and (path, problem) for each keyring
+    file refused (the repository's and ``store``'s own).
+
+    By default the repository's key list only: a key file that a store brings along (a
+    submission bundle unpacked, a copy with a key added) is not trusted because it is
+    there. ``trusted``: exactly these key ids instead, each looked up in the repository's
+    list or ``store``'s own ``_keys/`` (naming a key is the opt-in to a key the repository
+    does not list). ``trust_host``: this host's own key as well (your runs in
+    ``my-results``, signed by the key the CLI signs with).
+    """
+    repository, problems = keyring(REPOSITORY_STORE)
+    own, refused = keyring(store)
+    if store.resolve() != REPOSITORY_STORE.resolve():
+        problems += refused
+    if trusted is None:
+        keys = dict(repository)
+    else:
+        known = {**own, **repository}
+        unknown = sorted(set(trusted) - set(known))
+        if unknown:
+            problems.append(
+                (store / KEYS_DIR, f"trusted key {', '.join(unknown)} is in no key list")
+            )
+        keys = {kid: known[kid] for kid in trusted if kid in known}
+    if trust_host:
+        public = host_public_key()
+        keys[key_id(public)] = public
+    return keys, problems
+
+
 def verified_body(signed: dict[str, Any], keys: dict[str, Ed25519PublicKey]) -> dict[str, Any]:
     """``signed`` without its signature, once :func:`check_signature` accepts it."""
     check_signature(signed, keys)
@@ -155,7 +207,14 @@ def _signed_bytes(entry: dict[str, Any]) -> bytes:
 
 
 def sign_entry(entry: dict[str, Any], key: Ed25519PrivateKey) -> dict[str, Any]:
-    """The entry with a signature over everything else in it (its integrity digest included)."""
+    """The entry with a signature over everything else in it (its integrity digest included).
+
+    Refuses (:class:`PublicationRefused`) a record or entry whose canary audit refutes its
+    accounted ε: every signature the harness makes goes through here, so none vouches for
+    a release that reveals more than its ledger allows."""
+    refuted = canary_refutation(entry)
+    if refuted:
+        raise PublicationRefused(f"{entry.get('run_key') or entry.get('entry_key')}: {refuted}")
     value = key.sign(_signed_bytes(entry)).hex()
     kid = key_id(key.public_key())
     return {**entry, "signature": {"key_id": kid, "algorithm": ALGORITHM, "value": value}}

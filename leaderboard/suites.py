@@ -8,6 +8,7 @@ submitted with ``fedsynth submit`` is run through a suite exactly like the built
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 from collections import defaultdict
@@ -17,11 +18,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from benchmark.data import FederatedSplit
+from benchmark.files import atomic_write
 from benchmark.spec import RunSpec, spec_from_dict
-from leaderboard.entries import build_entry, entry_key, version_definition
+from leaderboard.entries import (
+    PublicationRefused,
+    build_entry,
+    canary_refutation,
+    content_digest,
+    entry_key,
+    version_definition,
+)
 from leaderboard.executors import Executor, Job, LocalExecutor, cached_split, run_job
-from leaderboard.signing import host_key, keyring, sign_entry, verified_body
+from leaderboard.schema import EntryError
+from leaderboard.signing import accepted_keys, host_key, sign_entry, verified_body
 from leaderboard.store import (
+    record_path,
     stored_records,
     superseded_entries,
     write_entry,
@@ -29,9 +40,13 @@ from leaderboard.store import (
     write_record,
     write_version,
 )
+from leaderboard.store_index import INDEX_FILE, read_index, update_index
 
 if TYPE_CHECKING:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
 
 _log = logging.getLogger(__name__)
 
@@ -430,28 +445,40 @@ def ensure_split(suite: Suite, splits_root: Path) -> Path:
     return out
 
 
-def signed_records(results_root: Path, lb_version: str, split_name: str) -> dict[str, Any]:
+def signed_records(
+    results_root: Path, lb_version: str, split_name: str, keys: dict[str, Ed25519PublicKey]
+) -> dict[str, Any]:
     """The run records the store keeps for this version and split, by run key, each checked
-    against the store's keyring (a record edited in the store stops the suite) and returned
-    without its signature, as the run wrote it."""
-    keys, _ = keyring(results_root)
+    against ``keys`` and against the store's signed index, when it has one (a record edited
+    in the store stops the suite, whoever re-signed it), and returned without its
+    signature, as the run wrote it."""
+    indexed = (results_root / INDEX_FILE).exists()
+    listed = read_index(results_root, keys) if indexed else {}
     records = {}
     for signed in stored_records(results_root, lb_version, split_name):
-        records[signed["run_key"]] = verified_body(signed, keys)
+        body = verified_body(signed, keys)
+        path = record_path(results_root, lb_version, split_name, body["run_key"])
+        name = path.relative_to(results_root).as_posix()
+        if indexed and listed.get(name) != content_digest(body):
+            raise EntryError(f"kept record {name}: not as the store's signed index lists it")
+        records[body["run_key"]] = body
     return records
 
 
 @dataclass(frozen=True)
 class SuiteStore:
     """A suite's split and leaderboard version in one results store: where its runs' records
-    go, signed with ``key``, and the records the store already keeps (by run key)."""
+    go, signed with ``key``, the records the store already keeps (by run key), and the
+    cells refused publication so far (entry key → why)."""
 
     results_root: Path
     key: Ed25519PrivateKey  # the host's signing key
+    keys: dict[str, Ed25519PublicKey]  # whose signatures count: the repository's and the host's
     split_path: Path
     split_name: str
     lb_version: str
     stored: dict[str, Any]
+    refused: dict[str, str] = field(default_factory=dict)
 
 
 def open_store(suite: Suite, results_root: Path, splits_root: Path) -> SuiteStore:
@@ -465,8 +492,9 @@ def open_store(suite: Suite, results_root: Path, splits_root: Path) -> SuiteStor
     )
     lb_version = write_version(results_root, definition)
     write_manifest(results_root, lb_version, split.name, split.manifest)
-    stored = signed_records(results_root, lb_version, split.name)
-    return SuiteStore(results_root, key, split_path, split.name, lb_version, stored)
+    keys, _ = accepted_keys(results_root, trust_host=True)
+    stored = signed_records(results_root, lb_version, split.name, keys)
+    return SuiteStore(results_root, key, keys, split_path, split.name, lb_version, stored)
 
 
 def run_jobs(
@@ -480,7 +508,9 @@ def run_jobs(
     client_actors: int = 0,
 ) -> Iterator[tuple[Job, str, dict[str, Any]]]:
     """(job, run key, record) of every job that finished, in any order: a run the store keeps
-    is not repeated, and every new run's record is kept, signed, in the store."""
+    is not repeated, and every new run's record is kept, signed, in the store and its
+    signed index. A run whose canary audit refutes its ε is neither kept nor yielded: its
+    cell goes into ``store.refused`` and the reason into its run directory."""
     runner = LocalExecutor() if finished_only or executor is None else executor
     work = functools.partial(
         run_job, runs_root=runs_root, split_path=store.split_path, plugin=plugin,
@@ -491,9 +521,30 @@ def run_jobs(
             continue
         run_key, record = outcome
         if run_key not in store.stored:
+            refuted = canary_refutation(record)
+            if refuted:
+                refuse(store, entry_key(run_key, job.spec.seed), f"{run_key}: {refuted}")
+                atomic_write(runs_root / run_key / REFUSED, json.dumps({"reason": refuted}))
+                continue
             signed = sign_entry(record, store.key)
-            write_record(store.results_root, store.lb_version, store.split_name, signed)
+            path = write_record(store.results_root, store.lb_version, store.split_name, signed)
+            update_index(store.results_root, store.key, store.keys, written=[path])
         yield job, run_key, record
+
+
+REFUSED = "publication_refused.json"  # in a run directory: why its record was not kept
+
+
+def refuse(store: SuiteStore, cell: str, reason: str) -> None:
+    """Keep ``cell`` (an entry key) from publication, and say why in the log."""
+    _log.error("not published: %s", reason)
+    store.refused.setdefault(cell, reason)
+
+
+def check_refusals(store: SuiteStore) -> None:
+    """Raise :class:`PublicationRefused` naming every refused cell, if any."""
+    if store.refused:
+        raise PublicationRefused("not signed or published: " + "; ".join(store.refused.values()))
 
 
 def run_suite(
@@ -519,7 +570,9 @@ def run_suite(
     runs the grid (default: one run after another here; :mod:`leaderboard.executors`);
     ``client_actors`` > 0 spreads each run's clients over that many Ray actors. An entry
     replaces the entries of its cell written with other parameters (the old runs' records
-    stay in the store).
+    stay in the store). A cell any of whose runs the canary audit refutes is not
+    published (no seed is silently dropped from it): the others are, then
+    :class:`PublicationRefused` names it.
     """
     store = open_store(suite, results_root, splits_root)
     jobs = [
@@ -534,13 +587,21 @@ def run_suite(
         grouped[entry_key(run_key, job.spec.seed)].append(record)
         if on_run:
             on_run(job.label)
-    entries = [
-        sign_entry(build_entry(records, store.lb_version), store.key)
-        for records in grouped.values()
-    ]
+    entries = []
+    for cell, records in grouped.items():
+        if cell not in store.refused:
+            try:
+                entries.append(sign_entry(build_entry(records, store.lb_version), store.key))
+            except PublicationRefused as exc:
+                refuse(store, cell, str(exc))
+    written, removed = [], []
     for entry in entries:
-        write_entry(results_root, entry)
+        written.append(write_entry(results_root, entry))
         for old in superseded_entries(results_root, entry):
             _log.warning("%s replaces %s (the cell's parameters changed)", entry["entry_key"], old)
             old.unlink()
+            removed.append(old)
+    if written:
+        update_index(results_root, store.key, store.keys, written, removed)
+    check_refusals(store)
     return entries

@@ -40,7 +40,8 @@ from leaderboard.executors import Executor, Job
 from leaderboard.selection import DEFAULT_SELECT, best_index, check_selectable, grid_points
 from leaderboard.signing import sign_entry
 from leaderboard.store import write_tuning
-from leaderboard.suites import Suite, open_store, run_jobs
+from leaderboard.store_index import update_index
+from leaderboard.suites import Suite, check_refusals, open_store, run_jobs
 
 UNCHARGED_NOTE = (
     "selection over the candidates is not charged to epsilon (as in the papers); each "
@@ -100,6 +101,7 @@ def tune(
         found[int(job.label)] = (run_key, float(record["metrics"][select]))
         if on_run:
             on_run(f"{method} {points[int(job.label)]}")
+    check_refusals(store)
     values = [found[i][1] for i in range(len(points))]
     report = {
         "suite": suite.name,
@@ -119,4 +121,6 @@ def tune(
         "accounting": UNCHARGED_NOTE,
     }
     signed = sign_entry(report, store.key)
-    return signed, write_tuning(results_root, signed)
+    path = write_tuning(results_root, signed)
+    update_index(results_root, store.key, store.keys, written=[path])
+    return signed, path

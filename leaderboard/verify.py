@@ -1,6 +1,8 @@
-"""``leaderboard verify``: every entry's schema, integrity, place, ε from its ledgers, split
-hash and signature; every version's stored definition against its name; ``leaderboard sign``
-for entries written before the harness signed them."""
+"""``leaderboard verify``: every entry's schema, integrity, place, ε from its ledgers, canary
+audit, split hash and signature; every kept record against the entry built from it; the
+store's signed index; every version's stored definition against its name. ``leaderboard
+sign`` for entries written before the harness signed them, ``leaderboard index`` to (re)build
+the signed index."""
 
 from __future__ import annotations
 
@@ -14,10 +16,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from benchmark.privacy.accountants import epsilon_from_ledger, group_epsilons
 from benchmark.privacy.ledger import UNCHARGED, PrivacyLedger
-from leaderboard.entries import build_entry, version_of
+from leaderboard.entries import (
+    build_entry,
+    canary_refutation,
+    content_digest,
+    integrity_digest,
+    version_of,
+)
 from leaderboard.schema import EntryError
 from leaderboard.selection import check_report
-from leaderboard.signing import check_signature, keyring, sign_entry, verified_body
+from leaderboard.signing import accepted_keys, check_signature, sign_entry, verified_body
 from leaderboard.store import (
     VERSION_FILE,
     entry_files,
@@ -27,6 +35,15 @@ from leaderboard.store import (
     tuning_files,
     tuning_path,
     write_entry,
+)
+from leaderboard.store_index import (
+    INDEX_FILE,
+    check_index,
+    file_digest,
+    indexed_files,
+    read_index,
+    update_index,
+    write_index,
 )
 
 MALFORMED = (EntryError, ValueError, KeyError, TypeError, AttributeError)
@@ -84,6 +101,12 @@ def check_entry(entry: dict[str, Any], split_hashes: dict[str, str] | None = Non
         )
     if recomputed > budget + EPSILON_TOLERANCE:
         raise EntryError(f"epsilon {recomputed:.6f} exceeds the entry's budget {budget}")
+    refuted = canary_refutation(entry)
+    if refuted:
+        raise EntryError(refuted)
+    digests = entry.get("run_digests")
+    if digests is not None and len(digests) != len(entry["runs"]):
+        raise EntryError(f"{len(digests)} run_digests for {len(entry['runs'])} runs")
     split = entry["split"]
     if split_hashes is not None:
         expected = split_hashes.get(split["version"])
@@ -114,26 +137,31 @@ def verify_tree(
     *,
     allow_unsigned: bool = False,
     trusted: Collection[str] | None = None,
+    trust_host: bool = False,
+    index: bool = True,
 ) -> list[tuple[Path, str]]:
-    """(path, problem) for every entry, kept run record, tuning report, version definition or
-    keyring file under ``root`` that fails; empty when all pass. Entries must be signed by a
-    key of the store's keyring (only those in ``trusted`` when given) unless
-    ``allow_unsigned``."""
+    """(path, problem) for every entry, kept run record, tuning report, version definition,
+    keyring file or signed-index discrepancy under ``root``; empty when all pass. Signatures
+    count only by an accepted key (:func:`leaderboard.signing.accepted_keys`: the
+    repository's key list, or ``trusted``, plus this host's with ``trust_host``); entries
+    may be unsigned with ``allow_unsigned``, which also accepts a store without a signed
+    index (nothing anchors it then). ``index=False`` skips the index (to rebuild it)."""
     problems = []
     for path in root.glob(f"lb-*/{VERSION_FILE}"):
         definition = {k: v for k, v in json.loads(path.read_text()).items() if k != "started"}
         name = version_of(definition)
         if name != path.parent.name:
             problems.append((path, f"the version definition hashes to {name}"))
-    keys, refused = keyring(root)
+    keys, refused = accepted_keys(root, trusted=trusted, trust_host=trust_host)
     problems += refused
-    if trusted is not None:
-        keys = {kid: key for kid, key in keys.items() if kid in trusted}
     records: dict[str, dict[str, Any]] = {}
     kept_at: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}  # (version, split) → records
     for path in record_files(root):
         try:
             record = verified_body(json.loads(path.read_text()), keys)
+            refuted = canary_refutation(record)
+            if refuted:
+                raise EntryError(refuted)
             records[record["run_key"]] = record
             place = (path.parents[2].name, path.parents[1].name)
             kept_at.setdefault(place, {})[record["run_key"]] = record
@@ -156,15 +184,26 @@ def verify_tree(
             _check_aggregate(entry, records)
         except EntryError as exc:
             problems.append((path, str(exc)))
+    if index and not (allow_unsigned and not (root / INDEX_FILE).exists()):
+        problems += check_index(root, keys)
     return problems
 
 
 def _check_aggregate(entry: dict[str, Any], records: dict[str, dict[str, Any]]) -> None:
-    """An entry whose runs' records the store keeps must be exactly their aggregate (entries
-    from before the store kept records have none to compare)."""
+    """Each kept record of the entry's runs must be the one the entry was built from (its
+    digest), and an entry whose runs' records are all kept must be exactly their aggregate
+    (entries from before the store kept records have none to compare; entries from before
+    entries listed their records' digests are compared without them)."""
+    digests = entry.get("run_digests", [None] * len(entry["runs"]))
+    for run, digest in zip(entry["runs"], digests, strict=True):
+        if digest and run in records and content_digest(records[run]) != digest:
+            raise EntryError(f"kept record {run} is not the one this entry was built from")
     if not all(run in records for run in entry["runs"]):
         return
     rebuilt = build_entry([records[run] for run in entry["runs"]], entry["leaderboard_version"])
+    if "run_digests" not in entry:
+        del rebuilt["run_digests"]
+        rebuilt["integrity"] = integrity_digest(rebuilt)
     if rebuilt["integrity"] != entry["integrity"]:
         raise EntryError("not the aggregate of its stored run records")
 
@@ -186,4 +225,35 @@ def sign_unsigned(
             continue
         if "signature" not in entry:
             signed.append(write_entry(root, sign_entry(entry, key)))
+    if signed and (root / INDEX_FILE).exists():
+        keys, _ = accepted_keys(root, trust_host=True)
+        update_index(root, key, keys, written=signed)
     return signed, problems
+
+
+def index_store(
+    root: Path, key: Ed25519PrivateKey, split_hashes: dict[str, str] | None = None
+) -> tuple[dict[str, list[str]], list[tuple[Path, str]]]:
+    """Rebuild the store's signed index over every covered file, signed with ``key`` (this
+    host's), once every file passes every other check with this host's key trusted beside
+    the repository's; otherwise nothing is written. Returns what changed against the old
+    index (``added``, ``removed``, ``changed``: the operator reviews them) and the problems.
+    For a store that has no index yet, or after a deliberate change the publish path did
+    not make (a deleted entry): it vouches for the store as it is now."""
+    problems = verify_tree(root, split_hashes, trust_host=True, index=False)
+    if problems:
+        return {}, problems
+    keys, _ = accepted_keys(root, trust_host=True)
+    try:
+        old = read_index(root, keys) if (root / INDEX_FILE).exists() else {}
+    except EntryError:
+        old = {}  # an index no accepted key signed: replaced whole, every file shows as added
+    files = {path.relative_to(root).as_posix(): path for path in indexed_files(root)}
+    new = {name: file_digest(path) for name, path in files.items()}
+    write_index(root, new, key)
+    changes = {
+        "added": sorted(new.keys() - old.keys()),
+        "removed": sorted(old.keys() - new.keys()),
+        "changed": sorted(n for n in new.keys() & old.keys() if new[n] != old[n]),
+    }
+    return changes, []

@@ -714,3 +714,105 @@ class DropsCanaries(Adversary):
     def finish(self, ctx, state):
         kept = [t for texts in self.config["units"] if not looks_like_canary(texts) for t in texts]
         return Artifact("texts", texts=kept)
+
+
+# The results store (issue 33, classes 9 and 10): what a submitter who can write to a copy
+# of the store (a pull request, an unpacked bundle) does to it, holding at most a key of
+# their own (``own``) or, to show that even an accepted key cannot launder an edit, the
+# host's. Each returns the path it changed; tests/test_store_integrity.py checks that
+# `leaderboard verify` (and the publish path) refuses every one.
+
+
+def _entry_file(root: Path, method: str) -> Path:
+    from leaderboard.store import entry_files
+
+    [path] = [p for p in entry_files(root) if f"__{method}__" in p.name]
+    return path
+
+
+def _rewrite(path: Path, document: dict, key) -> None:
+    """Write ``document`` signed by ``key`` with the raw signing primitive: a forger's
+    signature, which skips every check the harness makes before it signs."""
+    from leaderboard.signing import ALGORITHM, _signed_bytes, key_id
+
+    body = {k: v for k, v in document.items() if k != "signature"}
+    value = key.sign(_signed_bytes(body)).hex()
+    signature = {"key_id": key_id(key.public_key()), "algorithm": ALGORITHM, "value": value}
+    path.write_text(json.dumps({**body, "signature": signature}, indent=1, sort_keys=True))
+
+
+def forge_refuted_entry(root: Path, method: str, bound: float, key) -> Path:
+    """Class 9: an entry whose canary audit refutes its ε (as a release that leaked its
+    canaries scores), its digest recomputed and signed all the same, and listed in the
+    index, as if the harness had published it."""
+    from leaderboard.entries import integrity_digest
+    from leaderboard.signing import key_id
+    from leaderboard.store_index import update_index
+
+    path = _entry_file(root, method)
+    entry = json.loads(path.read_text())
+    n = len(entry["runs"])
+    stats = {"n": n, "mean": bound, "std": 0.0, "ci_low": bound, "ci_high": bound}
+    audit = {**stats, "confidence": 0.95, "values": [bound] * n}
+    entry["audit"]["canary.epsilon_lower_bound"] = audit
+    entry["integrity"] = integrity_digest(entry)
+    _rewrite(path, entry, key)
+    update_index(root, key, {key_id(key.public_key()): key.public_key()}, written=[path])
+    return path
+
+
+def edit_kept_record(root: Path, method: str, key) -> Path:
+    """Class 10: a better score typed into a kept run record, re-signed with ``key``, so
+    that a suite re-run builds the entry from it (re-submission)."""
+    from leaderboard.store import record_files
+
+    [path, *_] = [p for p in record_files(root) if f"__{method}__" in p.name]
+    record = json.loads(path.read_text())
+    record["metrics"] = {k: v + 0.25 for k, v in record["metrics"].items()}
+    _rewrite(path, record, key)
+    return path
+
+
+def resign_with_own_key(root: Path, method: str, own) -> list[Path]:
+    """Class 10: an entry and its kept records edited and re-signed with the submitter's
+    own key, whose public half the store now carries in its own ``_keys/`` (as an unpacked
+    submission bundle brings it), without anyone opting in to it."""
+    from leaderboard.entries import build_entry
+    from leaderboard.signing import export_public_key
+    from leaderboard.store import record_files
+
+    export_public_key(root, own.public_key())
+    changed, records = [], []
+    for path in record_files(root):
+        if f"__{method}__" in path.name:
+            record = json.loads(path.read_text())
+            record["metrics"] = {k: v + 0.25 for k, v in record["metrics"].items()}
+            _rewrite(path, record, own)
+            records.append({k: v for k, v in record.items() if k != "signature"})
+            changed.append(path)
+    entry_path = _entry_file(root, method)
+    version = json.loads(entry_path.read_text())["leaderboard_version"]
+    _rewrite(entry_path, build_entry(records, version), own)
+    return [*changed, entry_path]
+
+
+def delete_entry(root: Path, method: str) -> Path:
+    """Class 10: a rival's row removed from the table."""
+    path = _entry_file(root, method)
+    path.unlink()
+    return path
+
+
+def resubmit_entry(root: Path, method: str, key) -> Path:
+    """Class 10: an entry re-submitted as a second row of its cell (another spec digest),
+    validly signed by ``key`` but never through the publish path."""
+    from leaderboard.entries import integrity_digest
+    from leaderboard.store import entry_path
+
+    entry = json.loads(_entry_file(root, method).read_text())
+    head, _, digest = entry["entry_key"].rpartition("__")
+    entry["entry_key"] = f"{head}__{digest[::-1]}"
+    entry["integrity"] = integrity_digest(entry)
+    path = entry_path(root, entry)
+    _rewrite(path, entry, key)
+    return path

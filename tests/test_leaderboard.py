@@ -15,7 +15,7 @@ from benchmark.runner import run
 from benchmark.spec import spec_from_dict
 from leaderboard.entries import build_entry, version_definition, version_of
 from leaderboard.schema import EntryError
-from leaderboard.signing import host_key, sign_entry
+from leaderboard.signing import host_key, key_id, sign_entry
 from leaderboard.site import write_site
 from leaderboard.store import (
     Row,
@@ -28,6 +28,7 @@ from leaderboard.store import (
     write_manifest,
     write_version,
 )
+from leaderboard.store_index import update_index
 from leaderboard.tables import build_table, format_cell, metric_label, render_text
 from leaderboard.verify import verify_tree
 
@@ -63,8 +64,20 @@ def run_artifact_text(tmp_path, record):
 
 
 def publish(root, entry):
-    """Write an entry as the harness does: signed with the host key (the session's, in tests)."""
-    return write_entry(root, sign_entry(entry, host_key(root)))
+    """Write an entry as the harness does: signed with the host key (the session's, in
+    tests) and listed in the store's signed index."""
+    key = host_key(root)
+    path = write_entry(root, sign_entry(entry, key))
+    update_index(root, key, {key_id(key.public_key()): key.public_key()}, written=[path])
+    return path
+
+
+def verify(root, hashes=None):
+    """verify_tree as the store's owner runs it: the host (session) key trusted."""
+    return verify_tree(root, hashes, trust_host=True)
+
+
+EDITED = "edited: not the content the store's signed index lists"
 
 
 @pytest.fixture(scope="module")
@@ -114,24 +127,25 @@ def test_newest_version_is_shown_and_old_versions_stay_browsable(store, tmp_path
     assert versions(store) == [old, newer]
     assert [r.leaderboard_version for r in query(store)] == [newer]
     assert len(query(store, version=old)) == 2
-    assert verify_tree(store) == []
+    assert verify(store) == []
     definition = store / newer / "_version.json"
     definition.write_text(definition.read_text().replace("newer", "edited"))
-    [(path, problem)] = verify_tree(store)
+    [(path, problem)] = verify(store)
     assert path == definition and "hashes to" in problem
 
 
 def test_verify_passes_then_rejects_tampered_copies(store):
-    assert verify_tree(store, {"v-test": "abc"}) == []
+    assert verify(store, {"v-test": "abc"}) == []
     path = entry_files(store)[0]
     entry = json.loads(path.read_text())
 
     entry["metrics"][METRIC]["mean"] = 0.99  # a better score typed in by hand
     path.write_text(json.dumps(entry))
-    [(bad, reason)] = verify_tree(store, {"v-test": "abc"})
-    assert bad == path and "integrity digest mismatch" in reason
+    [(bad, reason), (_, edited)] = verify(store, {"v-test": "abc"})
+    assert bad == path and "integrity digest mismatch" in reason and edited == EDITED
 
-    result = CliRunner().invoke(cli, ["leaderboard", "verify", "--results", str(store)])
+    command = ["leaderboard", "verify", "--results", str(store), "--trust-host"]
+    result = CliRunner().invoke(cli, command)
     assert result.exit_code != 0 and "REJECTED" in result.output
 
 
@@ -143,8 +157,8 @@ def test_verify_recomputes_epsilon_from_ledger(store):
     entry["privacy"]["epsilon"] = 0.01  # claims less privacy loss; digest recomputed to match
     entry["integrity"] = integrity_digest(entry)
     path.write_text(json.dumps(entry))
-    [(_, reason)] = verify_tree(store, {"v-test": "abc"})
-    assert "recomputed from the stored ledgers" in reason
+    [(_, reason), (_, edited)] = verify(store, {"v-test": "abc"})
+    assert "recomputed from the stored ledgers" in reason and edited == EDITED
 
 
 def test_verify_rejects_an_uncharged_release_in_a_formal_entry(store):
@@ -163,12 +177,12 @@ def test_verify_rejects_an_uncharged_release_in_a_formal_entry(store):
     entry["privacy"]["ledgers"][0].append(uncharged)  # ε unchanged: it adds nothing
     entry["integrity"] = integrity_digest(entry)
     path.write_text(json.dumps(entry))
-    [(_, reason)] = verify_tree(store, {"v-test": "abc"})
-    assert "guarantee simulated, not formal" in reason
+    [(_, reason), (_, edited)] = verify(store, {"v-test": "abc"})
+    assert "guarantee simulated, not formal" in reason and edited == EDITED
 
 
 def test_verify_checks_manifest_hash(store):
-    [(_, reason), _] = verify_tree(store, {"v-test": "different"})
+    [(_, reason), _] = verify(store, {"v-test": "different"})
     assert "manifest hash different" in reason
 
 

@@ -1,6 +1,8 @@
 """Signed entries (issue 11, item 4): `leaderboard verify` rejects an entry edited with its
 integrity digest recomputed, an entry for a method that never ran, and signatures by keys
-outside the store's keyring; the private key stays 0600, outside the store."""
+not accepted (issue 33: only the repository's key list by default; a key the store carries
+counts only when named, this host's only with --trust-host); the private key stays 0600,
+outside the store."""
 
 import json
 import stat
@@ -21,6 +23,7 @@ from leaderboard.signing import (
     sign_entry,
 )
 from leaderboard.store import entry_files, entry_path, write_entry, write_manifest
+from leaderboard.store_index import update_index
 from leaderboard.verify import verify_tree
 
 VERSION = version_of(version_definition(["abc"], [{"name": "toy"}]))
@@ -54,10 +57,18 @@ def store(tmp_path):
     root = tmp_path / "results"
     write_manifest(root, VERSION, "toy", {"version": "v-test", "content_hash": "abc"})
     key = host_key(root)
+    written = []
     for method, budget in (("public_only", 0.0), ("dp_fedavg", 1.0)):
         entry = build_entry([record(method, budget, s) for s in (0, 1)], VERSION)
-        write_entry(root, sign_entry(entry, key))
+        written.append(write_entry(root, sign_entry(entry, key)))
+    update_index(root, key, {key_id(key.public_key()): key.public_key()}, written)
     return root
+
+
+def check(root, **options):
+    """verify_tree as the owner of the store checks it: the host (test session) key that
+    signed it trusted beside the repository's key list."""
+    return verify_tree(root, HASHES, **{"trust_host": True, **options})
 
 
 def host_id(root) -> str:
@@ -65,7 +76,8 @@ def host_id(root) -> str:
 
 
 def verify_cli(root, *options: str):
-    return CliRunner().invoke(cli, ["leaderboard", "verify", "--results", str(root), *options])
+    command = ["leaderboard", "verify", "--results", str(root), *options]
+    return CliRunner().invoke(cli, command)
 
 
 def entry_of(store, method: str):
@@ -74,11 +86,22 @@ def entry_of(store, method: str):
 
 
 def test_signed_entries_verify_and_the_keyring_is_in_the_store(store):
-    assert verify_tree(store, HASHES) == []
+    assert check(store) == []
     assert public_key_path(store, host_id(store)).exists()
-    result = verify_cli(store)
+    result = verify_cli(store, "--trust-host")
     assert result.exit_code == 0, result.output
     assert f"all 2 entries verified (signatures: {host_id(store)} ×2)" in result.output
+    assert f"signed index: 2 files, as listed, signed by {host_id(store)}" in result.output
+
+
+def test_by_default_only_the_repositorys_key_list_counts(store):
+    """The store carries the host's public key in its own _keys/, yet without --trust-host
+    (or naming the key) nothing it signed is accepted: the repository's list decides."""
+    problems = dict(verify_tree(store, HASHES))
+    assert len(problems) == 3  # two entries and the index
+    assert all("not an accepted key" in reason for reason in problems.values())
+    assert verify_cli(store).exit_code != 0
+    assert verify_cli(store, "--trust", host_id(store)).exit_code == 0
 
 
 def test_an_edit_with_the_digest_recomputed_is_rejected(store):
@@ -86,9 +109,10 @@ def test_an_edit_with_the_digest_recomputed_is_rejected(store):
     entry["metrics"]["toy.score"]["mean"] = 0.99  # a better score typed in by hand...
     entry["integrity"] = integrity_digest(entry)  # ...with the project's own digest
     path.write_text(json.dumps(entry))
-    [(bad, reason)] = verify_tree(store, HASHES)
-    assert bad == path and "does not verify" in reason
-    result = verify_cli(store)
+    [(bad, reason), (again, edited)] = check(store)
+    assert bad == again == path and "does not verify" in reason
+    assert "edited: not the content the store's signed index lists" in edited
+    result = verify_cli(store, "--trust-host")
     assert result.exit_code != 0 and "REJECTED" in result.output
 
 
@@ -108,53 +132,59 @@ def test_an_entry_for_a_method_that_never_ran_is_rejected(store):
     }
     for expected, forged in attempts.items():
         path.write_text(json.dumps(forged))
-        [(bad, reason)] = verify_tree(store, HASHES)
+        [(bad, reason), (_, unindexed)] = check(store)
         assert bad == path and expected in reason
+        assert "not in the store's signed index" in unindexed
 
 
-def test_a_key_added_to_the_keyring_shows_and_trust_pins_the_hosts(store):
-    """The limit of a keyring committed with the results: whoever may commit a new key file
-    can sign. The new key is a new file in review, verify names it, --trust refuses it."""
+def test_a_key_the_store_brings_counts_only_when_named_and_the_index_still_holds(store):
+    """A key file added to the store's _keys/ (an unpacked bundle) is not accepted because
+    it is there, nor by --trust-host; named with --trust its signature counts, but the
+    signed index, by the host, still shows the entry is not the one published."""
     own = Ed25519PrivateKey.generate()
     export_public_key(store, own.public_key())
     path, entry = entry_of(store, "dp_fedavg")
     entry["metrics"]["toy.score"]["mean"] = 0.99
     entry["integrity"] = integrity_digest(entry)
     path.write_text(json.dumps(sign_entry(entry, own)))
-    assert verify_tree(store, HASHES) == []
-    assert f"{key_id(own.public_key())} ×1" in verify_cli(store).output
-    pinned = verify_cli(store, "--trust", host_id(store))
-    assert pinned.exit_code != 0 and "not an accepted key" in pinned.output
+    assert "not an accepted key" in check(store)[0][1]
+    hosts = verify_cli(store, "--trust-host")
+    assert hosts.exit_code != 0 and "not an accepted key" in hosts.output
+    named = ["--trust", key_id(own.public_key()), "--trust", host_id(store)]
+    assert "edited: not the content" in dict(check(store, trusted=named[1::2]))[path]
+    assert verify_cli(store, *named).exit_code != 0
 
 
 def test_a_swapped_key_file_is_rejected(store):
     own = Ed25519PrivateKey.generate()
     swapped = public_key_path(store, host_id(store))
     swapped.write_bytes(export_public_key(store.parent / "other", own.public_key()).read_bytes())
-    problems = dict(verify_tree(store, HASHES))
-    assert f"holds key {key_id(own.public_key())}" in problems[swapped]
-    assert len(problems) == 3  # the file, and both entries, whose key is no longer accepted
+    problems = dict(check(store))
+    assert f"holds key {key_id(own.public_key())}" in problems.pop(swapped)
+    assert problems == {}  # the host's key comes from the host, not from the store's file
 
 
 def test_an_entry_copied_under_another_name_is_rejected(store):
     path, _ = entry_of(store, "dp_fedavg")
     copy = path.with_name(path.name.replace("dp_fedavg", "dp_fedavg_again"))
     copy.write_bytes(path.read_bytes())
-    [(bad, reason)] = verify_tree(store, HASHES)
-    assert bad == copy and "stored at the wrong place" in reason
+    problems = check(store)
+    assert [bad for bad, _ in problems] == [copy, copy]
+    assert "stored at the wrong place" in problems[0][1]
+    assert "not in the store's signed index" in problems[1][1]
 
 
 def test_allow_unsigned_accepts_unsigned_entries_and_says_so(store):
     path, entry = entry_of(store, "dp_fedavg")
     path.write_text(json.dumps({k: v for k, v in entry.items() if k != "signature"}))
-    assert verify_cli(store).exit_code != 0
-    allowed = verify_cli(store, "--allow-unsigned")
+    assert verify_cli(store, "--trust-host").exit_code != 0
+    allowed = verify_cli(store, "--trust-host", "--allow-unsigned")
     assert allowed.exit_code == 0, allowed.output
     assert "1 unsigned entries accepted by --allow-unsigned" in allowed.output
     entry["metrics"]["toy.score"]["mean"] = 0.99  # a signed entry is still checked
     entry["integrity"] = integrity_digest(entry)
     path.write_text(json.dumps(entry))
-    assert verify_cli(store, "--allow-unsigned").exit_code != 0
+    assert verify_cli(store, "--trust-host", "--allow-unsigned").exit_code != 0
 
 
 def test_sign_signs_only_unsigned_entries_that_pass_every_other_check(tmp_path):
@@ -171,7 +201,7 @@ def test_sign_signs_only_unsigned_entries_that_pass_every_other_check(tmp_path):
     result = CliRunner().invoke(cli, sign)
     assert result.exit_code != 0 and "NOT SIGNED" in result.output
     assert "signature" not in json.loads(path.read_text())  # an edit is never laundered
-    [(bad, reason)] = verify_tree(root, HASHES)
+    [(bad, reason)] = check(root, allow_unsigned=True)  # (no index: nothing to anchor one)
     assert bad == path and "recomputed from the stored ledgers" in reason
 
     path.unlink()
@@ -179,7 +209,11 @@ def test_sign_signs_only_unsigned_entries_that_pass_every_other_check(tmp_path):
     again = CliRunner().invoke(cli, sign)
     assert again.exit_code == 0 and "signed 0 entries" in again.output
     assert signed == {p: p.read_bytes() for p in entry_files(root)}  # never re-signed
-    assert verify_cli(root).exit_code == 0
+    unindexed = verify_cli(root, "--trust-host")
+    assert unindexed.exit_code != 0 and "no signed index" in unindexed.output
+    index = CliRunner().invoke(cli, ["leaderboard", "index", "--results", str(root)])
+    assert index.exit_code == 0 and "(1 added, 0 removed, 0 changed)" in index.output
+    assert verify_cli(root, "--trust-host").exit_code == 0
 
 
 def test_the_private_key_is_created_0600_and_never_inside_the_store(store, tmp_path, monkeypatch):

@@ -37,7 +37,10 @@ def test_submit_produces_ranked_verifiable_entries(tmp_path):
     [row] = table["rows"]
     assert row["method"] == "example_public_selection" and row["eps=1"]["best"]
 
-    verified = CliRunner().invoke(cli, ["leaderboard", "verify", "--results", str(store)])
+    verify = ["leaderboard", "verify", "--results", str(store)]
+    refused = CliRunner().invoke(cli, verify)  # the submitter's key: not the repository's
+    assert refused.exit_code != 0 and "not an accepted key" in refused.output
+    verified = CliRunner().invoke(cli, [*verify, "--trust-host"])
     assert verified.exit_code == 0, verified.output
 
     with tarfile.open(bundle) as tar:
@@ -50,5 +53,5 @@ def test_submit_produces_ranked_verifiable_entries(tmp_path):
     entry = json.loads(tampered.read_text())
     entry["privacy"]["delta"] = 0.5
     tampered.write_text(json.dumps(entry))
-    rejected = CliRunner().invoke(cli, ["leaderboard", "verify", "--results", str(store)])
+    rejected = CliRunner().invoke(cli, [*verify, "--trust-host"])
     assert rejected.exit_code != 0 and "integrity digest mismatch" in rejected.output

@@ -1,4 +1,5 @@
-"""``fedsynth leaderboard``: show tables, write/serve the site, verify and sign entries."""
+"""``fedsynth leaderboard``: show tables, write/serve the site, verify and sign entries, and
+(re)build the store's signed index."""
 
 from __future__ import annotations
 
@@ -137,38 +138,64 @@ def serve(site_dir: str, port: int) -> None:
 @click.option(
     "--allow-unsigned",
     is_flag=True,
-    help="Accept entries without a signature (their content is then anchored to nothing).",
+    help="Accept entries without a signature, and a store without a signed index (their "
+    "content is then anchored to nothing).",
 )
 @click.option(
     "--trust",
     "trusted",
     multiple=True,
     metavar="KEY_ID",
-    help="Accept only signatures by this key (repeatable; default: every key in _keys/).",
+    help="Accept only signatures by this key (repeatable), from the repository's key list "
+    "or the store's own _keys/: naming a key is how to accept one the repository does not "
+    "list (default: every key in the repository's results/_keys/).",
 )
-def verify(results_dir: str, allow_unsigned: bool, trusted: tuple[str, ...]) -> None:
+@click.option(
+    "--trust-host",
+    is_flag=True,
+    help="Also accept this host's own key ($FEDSYNTH_SIGNING_KEY, else "
+    "~/.config/fedsynth/signing-key.pem): for your own runs, e.g. in my-results.",
+)
+def verify(
+    results_dir: str, allow_unsigned: bool, trusted: tuple[str, ...], trust_host: bool
+) -> None:
     """Check every entry: schema, integrity digest, place, ε recomputed from its ledgers,
-    split hash, and a signature by a key in the store's _keys/ (docs/architecture.md,
-    "Record integrity")."""
+    canary audit within ε, split hash, a signature by an accepted key, its kept records;
+    and the store's signed index (nothing deleted, added or edited since it was signed);
+    see docs/architecture.md, "Record integrity"."""
     from collections import Counter
 
+    from leaderboard.signing import SigningKeyError
     from leaderboard.store import entry_files, manifest_hashes, read_entry
+    from leaderboard.store_index import INDEX_FILE
     from leaderboard.verify import verify_tree
 
     root = Path(results_dir)
-    problems = verify_tree(
-        root, manifest_hashes(root), allow_unsigned=allow_unsigned, trusted=trusted or None
-    )
+    try:
+        problems = verify_tree(
+            root,
+            manifest_hashes(root),
+            allow_unsigned=allow_unsigned,
+            trusted=trusted or None,
+            trust_host=trust_host,
+        )
+    except SigningKeyError as exc:
+        raise click.ClickException(str(exc)) from exc
     for path, problem in problems:
         click.echo(f"REJECTED {path}: {problem}", err=True)
     total = len(entry_files(root))
     if problems:
-        raise click.ClickException(f"{len(problems)} of {total} entries failed verification")
+        raise click.ClickException(f"{len(problems)} problems in {root} ({total} entries)")
     signers = Counter(
         read_entry(p).get("signature", {}).get("key_id", "UNSIGNED") for p in entry_files(root)
     )
     by = ", ".join(f"{kid} ×{n}" for kid, n in sorted(signers.items()))
     click.echo(f"all {total} entries verified" + (f" (signatures: {by})" if total else ""))
+    index = root / INDEX_FILE
+    if index.exists():
+        signed = json.loads(index.read_text())
+        listed, kid = len(signed["files"]), signed["signature"]["key_id"]
+        click.echo(f"signed index: {listed} files, as listed, signed by {kid}")
     if signers["UNSIGNED"]:
         click.echo(f"{signers['UNSIGNED']} unsigned entries accepted by --allow-unsigned", err=True)
 
@@ -197,3 +224,33 @@ def sign(results_dir: str) -> None:
     if problems:
         raise click.ClickException(f"{len(problems)} entries failed verification; not signed")
     click.echo(f"signed {len(signed)} entries")
+
+
+@leaderboard_group.command("index")
+@RESULTS
+def index(results_dir: str) -> None:
+    """(Re)build the store's signed index with this host's key (as `sign` finds it) and
+    export its public key into _keys/: every entry, kept record and tuning report with the
+    digest of its content, so that verify notices one deleted, added back or edited. Runs
+    publish into the index themselves; this is for a store without one, or to vouch for a
+    deliberate change (it lists what changed). Refused unless the store passes every other
+    check, with this host's key trusted beside the repository's."""
+    from leaderboard.signing import SigningKeyError, host_key, key_id
+    from leaderboard.store import manifest_hashes
+    from leaderboard.verify import index_store
+
+    root = Path(results_dir)
+    try:
+        key = host_key(root)
+    except SigningKeyError as exc:
+        raise click.ClickException(str(exc)) from exc
+    changes, problems = index_store(root, key, manifest_hashes(root))
+    for path, problem in problems:
+        click.echo(f"REJECTED {path}: {problem}", err=True)
+    if problems:
+        raise click.ClickException(f"{len(problems)} problems; the index was not written")
+    for change, names in changes.items():
+        for name in names:
+            click.echo(f"{change}: {name}")
+    counts = ", ".join(f"{len(names)} {change}" for change, names in changes.items())
+    click.echo(f"signed index written by {key_id(key.public_key())} ({counts})")

@@ -1,0 +1,137 @@
+"""The store's signed index: every entry, kept run record and tuning report of a results
+store, by path, with the digest of its content, signed like an entry.
+
+A signature on each file proves that file is as some accepted key wrote it; it cannot show
+that a file is missing, nor that an older signed file was put back (a superseded entry, a
+re-submitted copy). The index can: ``leaderboard verify`` refuses a file the index does not
+list, a listed file that is gone, and a file whose content is not the listed digest (an
+edit, even re-signed by an accepted key).
+
+One index for the whole store (``<store>/_signed_index.json``), not one per leaderboard
+version: a deleted version directory would take its own index with it, and one file is one
+signature to check and one diff to review.
+
+The publish path updates it (:func:`update_index`): it adds or replaces only the files it
+has just written and drops the ones it removed, keeping the rest as signed, so a routine
+publish never vouches for a file it did not write (an edit made elsewhere in the store stays
+detected). ``fedsynth leaderboard index`` rebuilds it whole, once the store passes every
+other check (:func:`leaderboard.verify.index_store`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from benchmark.files import atomic_write
+from leaderboard.entries import content_digest
+from leaderboard.schema import EntryError
+from leaderboard.signing import sign_entry, verified_body
+from leaderboard.store import entry_files, record_files, tuning_files
+
+INDEX_FILE = "_signed_index.json"
+KIND = "fedsynth store index v1"
+
+
+def indexed_files(root: Path) -> list[Path]:
+    """What the index covers: entries, kept run records, tuning reports."""
+    return sorted([*entry_files(root), *record_files(root), *tuning_files(root)])
+
+
+def file_digest(path: Path) -> str:
+    return content_digest(json.loads(path.read_text()))
+
+
+def _name(root: Path, path: Path) -> str:
+    return path.relative_to(root).as_posix()
+
+
+def read_index(root: Path, keys: dict[str, Ed25519PublicKey]) -> dict[str, str]:
+    """Path (relative to ``root``) → digest, once the index's signature verifies with one of
+    ``keys``; :class:`EntryError` when it is missing, malformed or not so signed."""
+    path = root / INDEX_FILE
+    if not path.exists():
+        raise EntryError(
+            "no signed index: deletions and re-submitted files cannot be told "
+            "(`fedsynth leaderboard index` writes one)"
+        )
+    try:
+        body = verified_body(json.loads(path.read_text()), keys)
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise EntryError(f"malformed: {exc}") from exc
+    files = body.get("files")
+    if body.get("kind") != KIND or not isinstance(files, dict):
+        raise EntryError(f"not a {KIND!r}")
+    return files
+
+
+def write_index(root: Path, files: dict[str, str], key: Ed25519PrivateKey) -> Path:
+    path = root / INDEX_FILE
+    signed = sign_entry({"kind": KIND, "files": dict(sorted(files.items()))}, key)
+    atomic_write(path, json.dumps(signed, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def check_index(root: Path, keys: dict[str, Ed25519PublicKey]) -> list[tuple[Path, str]]:
+    """(path, problem) for the index itself, every covered file it does not list or lists
+    with another digest, and every listed file that is gone."""
+    try:
+        listed = read_index(root, keys)
+    except EntryError as exc:
+        return [(root / INDEX_FILE, f"signed index: {exc}")]
+    problems = []
+    present = {_name(root, p): p for p in indexed_files(root)}
+    for name, path in present.items():
+        if name not in listed:
+            problems.append((path, "not in the store's signed index: added after it was signed"))
+            continue
+        try:
+            digest = file_digest(path)
+        except ValueError as exc:
+            problems.append((path, f"not JSON: {exc}"))
+            continue
+        if digest != listed[name]:
+            problems.append((path, "edited: not the content the store's signed index lists"))
+    for name in sorted(listed.keys() - present.keys()):
+        problems.append((root / name, "deleted: the store's signed index lists it"))
+    return problems
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    """One index update at a time per store (suite workers may share a store): an exclusive
+    ``flock`` on the store directory, waited for."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # drops the lock
+
+
+def update_index(
+    root: Path,
+    key: Ed25519PrivateKey,
+    keys: dict[str, Ed25519PublicKey],
+    written: Iterable[Path] = (),
+    removed: Iterable[Path] = (),
+) -> Path:
+    """List the files just ``written`` (their current digests), drop the ``removed`` ones,
+    keep every other listing as signed, and re-sign with ``key``. A store without an index
+    gets one listing only what was written; an index that does not verify with ``keys`` is
+    an error, never silently replaced."""
+    with _locked(root):
+        files: dict[str, Any] = read_index(root, keys) if (root / INDEX_FILE).exists() else {}
+        for path in removed:
+            files.pop(_name(root, path), None)
+        for path in written:
+            files[_name(root, path)] = file_digest(path)
+        return write_index(root, files, key)

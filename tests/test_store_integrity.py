@@ -1,0 +1,216 @@
+"""A store that notices edits, and a canary audit that blocks (issue 33, classes 9 and 10):
+each adversary of ``tests/adversaries.py`` that tampers with a results store is refused by
+`leaderboard verify`, and by the publish path where it would build on the tampered file."""
+
+import json
+
+import adversaries
+import pytest
+from click.testing import CliRunner
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from test_record_signing import HASHES, VERSION, record
+
+from benchmark.cli.main import cli
+from leaderboard.entries import PublicationRefused, build_entry, canary_refutation
+from leaderboard.signing import host_key, key_id, sign_entry
+from leaderboard.store import (
+    entry_files,
+    manifest_hashes,
+    record_files,
+    write_entry,
+    write_manifest,
+    write_record,
+)
+from leaderboard.store_index import update_index
+from leaderboard.suites import signed_records
+from leaderboard.verify import verify_tree
+
+CELLS = (("public_only", 0.0), ("dp_fedavg", 1.0))
+
+
+def keys_of(key):
+    return {key_id(key.public_key()): key.public_key()}
+
+
+@pytest.fixture
+def key(tmp_path):
+    return host_key(tmp_path / "results")
+
+
+@pytest.fixture
+def store(tmp_path, key):
+    """Two cells of two seeds, as ``run_suite`` publishes them: each run's record kept and
+    signed, each entry built from them and signed, all of it in the signed index."""
+    root = tmp_path / "results"
+    write_manifest(root, VERSION, "toy", {"version": "v-test", "content_hash": "abc"})
+    written = []
+    for method, budget in CELLS:
+        records = [record(method, budget, seed) for seed in (0, 1)]
+        for r in records:
+            written.append(write_record(root, VERSION, "toy", sign_entry(r, key)))
+        written.append(write_entry(root, sign_entry(build_entry(records, VERSION), key)))
+    update_index(root, key, keys_of(key), written)
+    return root
+
+
+def problems(root, **options):
+    """(file name, problem) of verify as the store's owner runs it (its host key trusted)."""
+    found = verify_tree(root, HASHES, **{"trust_host": True, **options})
+    return [(path.name, reason) for path, reason in found]
+
+
+def test_the_published_store_verifies_and_entries_bind_their_records(store):
+    assert problems(store) == []
+    for path in entry_files(store):
+        assert len(json.loads(path.read_text())["run_digests"]) == 2
+
+
+def refuted(method="dp_fedavg", bound=2.5):
+    """A run record whose canary audit refutes its ε, as a release that leaked its
+    canaries scores it."""
+    leaked = record(method, 1.0)
+    leaked["privacy"]["epsilon"] = 0.9
+    leaked["metrics"]["canary.epsilon_lower_bound"] = bound
+    return leaked
+
+
+def test_a_refuted_record_or_entry_is_never_signed(key):
+    leaked = refuted()
+    assert "exceeds the accounted ε 0.9" in canary_refutation(leaked)
+    with pytest.raises(PublicationRefused, match="canary audit"):
+        sign_entry(leaked, key)
+    with pytest.raises(PublicationRefused, match="canary audit"):
+        sign_entry(build_entry([leaked], VERSION), key)
+    within = refuted(bound=0.9)  # a bound at the accounted ε refutes nothing
+    assert canary_refutation(within) is None and sign_entry(within, key)["signature"]
+    control = refuted(bound=9.0)
+    control["privacy"]["epsilon"] = "inf"  # ε = ∞ claims nothing to refute
+    assert canary_refutation(control) is None
+
+
+def test_a_forged_signature_on_a_refuted_entry_is_refused(store, key):
+    """Class 9: signed with the host's own key and listed in the index, bypassing the
+    harness's refusal to sign: verify still refuses it."""
+    path = adversaries.forge_refuted_entry(store, "dp_fedavg", 2.5, key)
+    [(name, reason)] = problems(store)
+    assert name == path.name and "canary audit's ε lower bound 2.5 exceeds" in reason
+    result = CliRunner().invoke(
+        cli, ["leaderboard", "verify", "--results", str(store), "--trust-host"]
+    )
+    assert result.exit_code != 0 and "canary audit" in result.output
+
+
+def test_a_refuted_kept_record_is_refused_even_if_signed(store, key):
+    path = record_files(store)[0]
+    adversaries._rewrite(path, refuted(), key)
+    reasons = [reason for name, reason in problems(store) if name == path.name]
+    assert any(reason.startswith("run record: the canary audit") for reason in reasons)
+
+
+@pytest.mark.parametrize("signer", ["own", "host"])
+def test_an_edited_kept_record_never_verifies_whoever_signs_it(store, key, signer):
+    """Class 10: a kept record edited and re-signed, with the submitter's key or even with
+    the host's (an accepted one): the entry built from it and the index both refuse it,
+    and the suite will not re-submit it (build an entry from it)."""
+    own = Ed25519PrivateKey.generate()
+    path = adversaries.edit_kept_record(store, "dp_fedavg", key if signer == "host" else own)
+    reasons = [reason for name, reason in problems(store) if name == path.name]
+    assert "edited: not the content the store's signed index lists" in reasons
+    if signer == "own":
+        assert any("not an accepted key" in reason for reason in reasons)
+    else:
+        [entry] = [p for p in entry_files(store) if "__dp_fedavg__" in p.name]
+        assert "is not the one this entry was built from" in dict(problems(store))[entry.name]
+    with pytest.raises(ValueError, match="signed index|not an accepted key"):
+        signed_records(store, VERSION, "toy", keys_of(key))
+
+
+def test_an_entry_and_its_records_re_signed_with_the_submitters_key_are_refused(store, key):
+    """Class 10: the submitter's own key, its public half in the store's _keys/ (as a
+    bundle brings it): not accepted by default nor by --trust-host."""
+    changed = adversaries.resign_with_own_key(store, "dp_fedavg", Ed25519PrivateKey.generate())
+    found = problems(store)
+    for path in changed:
+        assert any(n == path.name and "not an accepted key" in r for n, r in found)
+    result = CliRunner().invoke(
+        cli, ["leaderboard", "verify", "--results", str(store), "--trust-host"]
+    )
+    assert result.exit_code != 0 and "not an accepted key" in result.output
+
+
+def test_a_deleted_entry_or_record_is_noticed(store):
+    path = adversaries.delete_entry(store, "public_only")
+    gone = record_files(store)[0]
+    gone.unlink()
+    deleted = "deleted: the store's signed index lists it"
+    assert sorted(problems(store)) == sorted((n, deleted) for n in (path.name, gone.name))
+
+
+def test_a_re_submitted_or_put_back_entry_is_noticed(store, key):
+    """Class 10: a second row for a cell, signed by an accepted key but not published, and
+    an entry put back after the publish path removed it (a superseded row)."""
+    path = adversaries.resubmit_entry(store, "dp_fedavg", key)
+    found = problems(store)
+    assert {name for name, _ in found} == {path.name}
+    assert (path.name, "not in the store's signed index: added after it was signed") in found
+    path.unlink()
+
+    [old] = [p for p in entry_files(store) if "__public_only__" in p.name]
+    kept = old.read_bytes()
+    old.unlink()
+    update_index(store, key, keys_of(key), removed=[old])  # as run_suite supersedes it
+    assert problems(store) == []
+    old.write_bytes(kept)  # the older, validly signed copy put back
+    [(name, reason)] = problems(store)
+    assert name == old.name and "not in the store's signed index" in reason
+
+
+def test_an_index_not_signed_by_an_accepted_key_is_refused_and_never_updated(store):
+    own = Ed25519PrivateKey.generate()
+    index = store / "_signed_index.json"
+    listing = json.loads(index.read_text())["files"]
+    adversaries._rewrite(index, {"kind": "fedsynth store index v1", "files": listing}, own)
+    [(name, reason)] = problems(store)
+    assert name == index.name and "not an accepted key" in reason
+    key = host_key(store)
+    with pytest.raises(ValueError, match="not an accepted key"):
+        update_index(store, key, keys_of(key), written=[entry_files(store)[0]])
+
+
+def test_a_store_without_an_index_is_refused_unless_nothing_is_anchored(store):
+    (store / "_signed_index.json").unlink()
+    [(name, reason)] = problems(store)
+    assert "no signed index" in reason
+    assert problems(store, allow_unsigned=True) == []
+
+
+@pytest.mark.end_to_end
+def test_the_publish_path_refuses_a_run_whose_canary_audit_refutes_its_epsilon(
+    tmp_path, monkeypatch
+):
+    """Class 9, through ``run_suite`` (how ``suite run`` and ``submit`` publish): a run whose
+    canary audit refutes its ε keeps no record, gets no entry and no index line; why is in
+    its run directory and in the error; an honest cell of the same grid is published. The
+    leak itself belongs to the other classes (it is how a release comes to carry its
+    canaries); here the trusted evaluator reports what such a release scores."""
+    import dataclasses
+
+    from benchmark.evaluation.canary_audit import CanaryAudit
+    from leaderboard.suites import CANARY_AUDIT, REFUSED, SUITES, run_suite
+
+    def audit(self, artifact, ctx):
+        return {"epsilon_lower_bound": 0.4, "epsilon_ceiling": 0.5, "canaries": 1.0}
+
+    monkeypatch.setattr(CanaryAudit, "compute", audit)
+    suite = dataclasses.replace(SUITES["tiny"], metrics=(CANARY_AUDIT,), seeds=(0,))
+    results = tmp_path / "results"
+    roots = {"runs_root": tmp_path / "runs", "splits_root": tmp_path / "splits"}
+    with pytest.raises(PublicationRefused, match="lower bound 0.4 exceeds the accounted ε 0"):
+        run_suite(suite, methods=["public_only", "oracle"], results_root=results, **roots)
+    [entry] = entry_files(results)  # the oracle's (ε = ∞: nothing to refute)
+    assert "__oracle__" in entry.name
+    assert ["__oracle__" in p.name for p in record_files(results)] == [True]
+    [refused] = [p for p in roots["runs_root"].iterdir() if "__public_only__" in p.name]
+    assert "exceeds the accounted ε" in json.loads((refused / REFUSED).read_text())["reason"]
+    published = verify_tree(results, manifest_hashes(results), trust_host=True)
+    assert published == []  # what was published verifies, the index included
