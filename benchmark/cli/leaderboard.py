@@ -9,6 +9,7 @@ import http.server
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -207,15 +208,11 @@ def sign(results_dir: str) -> None:
     ~/.config/fedsynth/signing-key.pem) and export its public key into _keys/. For entries
     written before the harness signed them; entries that fail verification are left
     unsigned, signed ones are never re-signed."""
-    from leaderboard.signing import SigningKeyError, host_key
     from leaderboard.store import manifest_hashes
     from leaderboard.verify import sign_unsigned
 
     root = Path(results_dir)
-    try:
-        key = host_key(root)
-    except SigningKeyError as exc:
-        raise click.ClickException(str(exc)) from exc
+    key = _host_key(root)
     signed, problems = sign_unsigned(root, key, manifest_hashes(root))
     for path in signed:
         click.echo(f"signed {path}")
@@ -224,6 +221,16 @@ def sign(results_dir: str) -> None:
     if problems:
         raise click.ClickException(f"{len(problems)} entries failed verification; not signed")
     click.echo(f"signed {len(signed)} entries")
+
+
+def _host_key(root: Path) -> Any:
+    """This host's signing key for ``root`` (exported into its _keys/), or a CLI error."""
+    from leaderboard.signing import SigningKeyError, host_key
+
+    try:
+        return host_key(root)
+    except SigningKeyError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 @leaderboard_group.command("index")
@@ -235,15 +242,12 @@ def index(results_dir: str) -> None:
     publish into the index themselves; this is for a store without one, or to vouch for a
     deliberate change (it lists what changed). Refused unless the store passes every other
     check, with this host's key trusted beside the repository's."""
-    from leaderboard.signing import SigningKeyError, host_key, key_id
+    from leaderboard.signing import key_id
     from leaderboard.store import manifest_hashes
     from leaderboard.verify import index_store
 
     root = Path(results_dir)
-    try:
-        key = host_key(root)
-    except SigningKeyError as exc:
-        raise click.ClickException(str(exc)) from exc
+    key = _host_key(root)
     changes, problems = index_store(root, key, manifest_hashes(root))
     for path, problem in problems:
         click.echo(f"REJECTED {path}: {problem}", err=True)
