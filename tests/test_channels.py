@@ -90,6 +90,24 @@ def test_no_channel_out_of_the_client_worker(tmp_path):
     assert result.artifact.texts == [f"{c}: refused: PermissionError" for c in CHANNELS]
 
 
+@needs_seccomp
+def test_the_public_corpus_reads_under_the_seccomp_filter():
+    """The cpu profile's public corpus includes a packaged SQLite file: the method process
+    reads it (the on-device LM's cache key hashes the corpus) with file locks refused."""
+    code = textwrap.dedent(
+        """
+        from benchmark.isolation.sandbox import deny_shared_kernel_objects
+        from benchmark.profiles.public_corpus import popquotes_documents
+        assert deny_shared_kernel_objects()
+        print(len(popquotes_documents()))
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) > 100
+
+
 def test_the_seccomp_filter_refuses_every_socket_family_and_ipc_object(tmp_path):
     """Directly, in a child: every address family, socketpair, SysV and POSIX IPC, locks
     and inotify are refused; the process still reads, writes its pipes and imports torch."""

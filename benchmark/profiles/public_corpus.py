@@ -59,7 +59,9 @@ def _documents(lines: list[str]) -> list[str]:
 def popquotes_documents() -> list[str]:
     """Script lines grouped per library in quote-id (episode) order."""
     path = packaged_file("popquotes", "popquotes.sqlite", POPQUOTES)
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+    # immutable: a package's file never changes, so SQLite takes no file locks, which the
+    # sandbox refuses (a lock on a shared file is a channel; benchmark.isolation.sandbox)
+    with sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True) as db:
         rows = db.execute("SELECT library, quote FROM quotes ORDER BY quoteid").fetchall()
     by_library: dict[str, list[str]] = {}
     for library, quote in rows:
