@@ -128,18 +128,22 @@ class TrackView:
         }
         return sorted(stated)
 
-    def description(self) -> str:
-        """One line: what the track measures, its split in words, its privacy unit."""
+    def summary(self) -> str:
+        """What the track measures, its split in words and its privacy unit."""
         suite = SUITES[self.track.suite]
         if self.version is None:
             return (
-                f"{self.track.title}: {self.track.measures}. Not yet run under the suite "
+                f"{self.track.measures}. Not yet run under the suite "
                 f"(`fedsynth suite run {suite.name}`; source {suite.source})."
             )
         return (
-            f"{self.track.title}: {self.track.measures}. Split: {self.split_words()} "
-            f"({self.split}). Privacy unit: {'; '.join(self.units())}."
+            f"{self.track.measures}. Split: {self.split_words()} ({self.split}). "
+            f"Privacy unit: {'; '.join(self.units())}."
         )
+
+    def description(self) -> str:
+        """One line: the track's name and :meth:`summary`."""
+        return f"{self.track.title}: {self.summary()}"
 
 
 def track_views(root: Path, grouped: dict[str, list[Row]]) -> list[TrackView]:
