@@ -77,8 +77,9 @@ def show(
 
         root = Path(results_dir)
         views = track_views(root, grouped_rows(root, {"yours": Path(mine_dir)}))
-        click.echo(render_tracks(views, metric, epsilon, bold))
-        return
+        if any(v.version for v in views):  # else a store of other suites: its newest version
+            click.echo(render_tracks(views, metric, epsilon, bold))
+            return
     rows = query_with(
         Path(results_dir),
         {"yours": Path(mine_dir)},
