@@ -20,6 +20,7 @@ from urllib.parse import quote
 from leaderboard.directions import lower_is_better
 from leaderboard.entries import audit_exceeds_epsilon
 from leaderboard.store import MANIFESTS_DIR, Row
+from leaderboard.suites import SUITES
 from leaderboard.tables import (
     MIN_RANKED_SEEDS,
     ROLE_ORDER,
@@ -37,7 +38,14 @@ from leaderboard.tables import (
     metric_label,
     role_of,
 )
-from leaderboard.tracks import TrackView, grouped_rows, track_views
+from leaderboard.tracks import (
+    Track,
+    TrackView,
+    contrasts,
+    format_contrast,
+    grouped_rows,
+    track_views,
+)
 
 SORT_JS = """
 document.querySelectorAll('table.sortable').forEach(table => {
@@ -174,9 +182,15 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
     """What a reader came for: the headline metric with its CI and the gap it closes."""
     table = build_table(rows, split, metric)
     rows, _ = apart_by_unit([r for r in rows if r.split == split])  # names as in the table
-    head = ["method", "ε", metric_label(metric) + " (mean ± 95% CI)", "gap closed", "seeds"]
-    head += ["− public_only (paired 95% CI)", "− generator_only (paired 95% CI)"]
-    head += ["gap closed (paired 95% CI)"]
+    # Only the columns this table has: a track without the public_only → nonprivate bounds
+    # (the preference track) has no gap closed and no paired differences from them.
+    gap_column = bool(table.gap)
+    paired_columns = bool(table.comparisons.cells)
+    head = ["method", "ε", metric_label(metric) + " (mean ± 95% CI)"]
+    head += ["gap closed"] * gap_column + ["seeds"]
+    if paired_columns:
+        head += ["− public_only (paired 95% CI)", "− generator_only (paired 95% CI)"]
+        head += ["gap closed (paired 95% CI)"]
     sign = 1 if lower_is_better(metric) else -1
 
     def rank(row: Row) -> tuple:
@@ -197,7 +211,7 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
             + _method_cell(row, key in table.few_seeds)
             + _eps_cell(row.epsilon_budget)
             + _summary_cell(summary)
-            + _num(gap, "" if gap is None else format_share(gap))
+            + (_num(gap, "" if gap is None else format_share(gap)) if gap_column else "")
             + _num(
                 len(row.entry["spec"].get("seeds", [])),
                 str(len(row.entry["spec"].get("seeds", []))),
@@ -205,6 +219,7 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
             + "".join(
                 _estimate_cell(getattr(paired, name, None), name == "gap")
                 for name in ("vs_public", "vs_generator", "gap")
+                if paired_columns
             )
             + f'<td><a href="{_href(links[_record_name(row)])}">json</a></td></tr>'
         )
@@ -214,6 +229,14 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
         f"<thead><tr>{cols}</tr></thead><tbody>{''.join(body)}</tbody></table>"
         + _separation_note(table)
     )
+
+
+def _contrasts(track: Track | None, rows: Sequence[Row], metric: str) -> str:
+    """The track's named paired differences (paper 001's stage 1 effect), if it has them."""
+    if track is None:
+        return ""
+    found = contrasts(SUITES[track.suite], rows, metric)
+    return "".join(f"<p class='contrast'>{_text(format_contrast(c))}</p>" for c in found)
 
 
 def _estimate_cell(estimate: Any, share: bool) -> str:
@@ -362,7 +385,7 @@ def _page(
     nav: str,
     metric: str | None,
     manifests: dict[str, dict],
-    track: str | None = None,
+    track: Track | None = None,
 ) -> str:
     sections = []
     for split in sorted({r.split for r in rows}):
@@ -371,6 +394,7 @@ def _page(
         sections.append(
             _split_header(split, manifests.get(split))
             + _headline_table(split, split_rows, shown, links)
+            + _contrasts(track, split_rows, shown)
             + _plot(split, split_rows, shown)
             + _audit_table(split, split_rows)
         )
@@ -383,11 +407,12 @@ def _page(
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>fedsynth leaderboard {html.escape(version)}</title>"
         f"<style>{STYLE}</style></head><body><h1>fedsynth leaderboard</h1>{nav}"
-        + (f"<h2>{html.escape(track)}</h2>" if track else "")
+        + (f"<h2>{html.escape(track.title)}</h2>" if track else "")
         + f"<p>Version {html.escape(version)}. Each split leads with {lead}: "
-        "mean ± 95% CI over seeds and the share of the public-only → non-private gap it closes, "
-        "then each row's difference from public_only and generator_only and its gap closed "
-        "with paired bootstrap 95% CIs over test clients and seeds. A method's cell is ranked "
+        "mean ± 95% CI over seeds; where the split has the public-only and non-private "
+        "bounds, the share of that gap a row closes, then each row's difference from "
+        "public_only and generator_only and its gap closed with paired bootstrap 95% CIs over "
+        "test clients and seeds. A method's cell is ranked "
         f"only with at least {MIN_RANKED_SEEDS} seeds. "
         "<span class='badge bound'>bound</span> rows anchor that scale, "
         "<span class='badge control'>control</span> rows calibrate it (the oracle releases real "
@@ -515,7 +540,8 @@ def write_site(
     roots = {"": results_root, **(others or {})}
     grouped = grouped_rows(results_root, others)
     views = track_views(results_root, grouped)
-    titles = {v.version: v.track.title for v in views if v.version}
+    tracks = {v.version: v.track for v in views if v.version}
+    titles = {version: track.title for version, track in tracks.items()}
     all_versions = list(grouped)
     shown = shown or (all_versions[-1] if all_versions else "none")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -532,7 +558,7 @@ def write_site(
             links[_record_name(row)] = f"records/{_record_name(row)}"
         nav = _nav(all_versions, version, "../", titles)
         (out_dir / version / "index.html").write_text(
-            _page(rows, version, links, nav, metric, manifests, titles.get(version))
+            _page(rows, version, links, nav, metric, manifests, tracks.get(version))
         )
         (out_dir / version / "entries.json").write_text(
             json.dumps([r.entry for r in rows], indent=1)
@@ -541,7 +567,7 @@ def write_site(
             root_links = {k: f"{version}/{v}" for k, v in links.items()}
             nav = _overview(views) + _nav(all_versions, version, "", titles)
             (out_dir / "index.html").write_text(
-                _page(rows, version, root_links, nav, metric, manifests, titles.get(version))
+                _page(rows, version, root_links, nav, metric, manifests, tracks.get(version))
             )
     if shown not in all_versions:
         nav = _overview(views) + _nav(all_versions, shown, "", titles)
