@@ -236,7 +236,12 @@ def render_tracks(
         for split in sorted({r.split for r in rows}):
             table = build_table(rows, split, metric)
             if table.methods:
+                suite = SUITES[view.track.suite]
                 out.append(render_text(table, bold))
-                for contrast in contrasts(SUITES[view.track.suite], rows, table.metric):
-                    out.append(format_contrast(contrast))
+                out += [
+                    f"  {m}: {suite.variants[m].description}"
+                    for m in table.methods
+                    if m in suite.variants and suite.variants[m].description
+                ]
+                out += [format_contrast(c) for c in contrasts(suite, rows, table.metric)]
     return "\n".join(out).lstrip("\n")

@@ -17,7 +17,7 @@ from leaderboard.entries import build_entry, integrity_digest, version_definitio
 from leaderboard.store import entry_files, query, rows_by_version, write_manifest, write_version
 from leaderboard.suites import SUITES, Variant, instrument, run_suite
 from leaderboard.tables import build_table, render_text
-from leaderboard.tracks import TRACKS, contrasts, suite_of, track_views
+from leaderboard.tracks import TRACKS, TrackView, contrasts, render_tracks, suite_of, track_views
 from leaderboard.verify import verify_tree
 from methods.dp_ftrl import ONE_PASS, ftrl_noise, tree_schedule
 
@@ -159,3 +159,22 @@ def test_stage_one_effect_is_a_difference_paired_by_seed():
     b.entry["spec"] = {"seeds": [1]}  # only the seeds both rows have are paired
     (one,) = contrasts(SUITES["paper001"], [a, b], metric)
     assert one.seeds == 1 and one.ci_half is None
+
+
+def test_a_paper_track_prints_its_rows_descriptions_and_stage_one_effect():
+    metric = "classification.accuracy"
+    rows = [
+        summary_row("eps_inf", math.inf, [0.40, 0.42, 0.44], "method", metric),
+        summary_row("control_zero_steps", math.inf, [0.35, 0.36, 0.40], "method", metric),
+    ]
+    for row in rows:
+        row.entry["spec"] = {"seeds": [0, 1, 2]}
+        row.entry["privacy"] = {"unit": "client_sample", "unit_statement": "each client's own"}
+    paper001 = next(t for t in TRACKS if t.suite == "paper001")
+    text = render_tracks([TrackView(paper001, "lb-0123456789", rows, {"name": "toy"})])
+    assert "Privacy unit: each client's own." in text
+    assert (
+        f"control_zero_steps: {SUITES['paper001'].variants['control_zero_steps'].description}"
+        in text
+    )
+    assert "stage 1's own effect: eps_inf − control_zero_steps = +0.0500 ± 0.0248" in text
