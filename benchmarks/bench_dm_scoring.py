@@ -3,7 +3,7 @@
 At the mid-training pause ``dp_ftrl_dm`` scores every public record by its mean-token
 log p_priv under the current on-device model plus its mean-token log p_pub under the public
 LLM, then keeps the top q. Reported, in records per second, on the ``bench`` suite's public
-part (the corpus of ``benchmarks/paper002_table2.py``) at the ``cpu`` config:
+part (the corpus of the ``paper002`` suite) at the ``cpu`` config:
 
 - ``teacher_pass``: the public LLM's one pass (top-k logits and log p_pub per record; cached
   after its first run, so a grid pays it once). Run cold here, into a temporary cache;

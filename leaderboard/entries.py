@@ -148,9 +148,12 @@ def _instruments(run_records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return {"instruments": sorted(digests)} if digests else {}
 
 
-def build_entry(run_records: Sequence[dict[str, Any]], lb_version: str) -> dict[str, Any]:
+def build_entry(
+    run_records: Sequence[dict[str, Any]], lb_version: str, variant: str | None = None
+) -> dict[str, Any]:
     """Aggregate the run records of one configuration (one per seed, in seed order, so the
-    same records always make the same entry) into an entry."""
+    same records always make the same entry) into an entry; ``variant`` names the paper's
+    row it is, when a suite runs one method under several named configurations."""
     if not run_records:
         raise EntryError("an entry needs at least one run record")
     run_records = sorted(run_records, key=lambda r: int(r["spec"]["seed"]))
@@ -180,6 +183,7 @@ def build_entry(run_records: Sequence[dict[str, Any]], lb_version: str) -> dict[
         "split": first["split"],
         "contamination": first["contamination"],
         "method": first["method"],
+        **({"variant": variant} if variant else {}),
         "privacy": {
             **{k: first["privacy"][k] for k in ("epsilon_budget", "delta", "unit", "accountant")},
             "guarantee": first["privacy"]["guarantee"],

@@ -44,6 +44,7 @@ class Job:
 
     label: str
     spec: RunSpec
+    row: str = ""  # the suite's row (a method, or a variant's name) the run belongs to
 
 
 Outcome = tuple[str, dict[str, Any]]  # (run key, record)

@@ -7,6 +7,7 @@ from typing import Any
 import jsonschema
 
 from benchmark.method import ROLES
+from benchmark.registry import NAME_PATTERN
 from benchmark.spec import ACCOUNTANTS, GUARANTEES, NOISE_SEEDS, PRIVACY_UNITS
 from leaderboard.client_hits import PER_CLIENT_SCHEMA
 
@@ -73,6 +74,9 @@ ENTRY_SCHEMA: dict[str, Any] = {
                 "config": {"type": "object"},
             },
         },
+        # the paper's named row the entry is (leaderboard.suites.Variant), when one method
+        # has several rows at one ε; absent for a plain method row
+        "variant": {"type": "string", "pattern": f"^{NAME_PATTERN.pattern}$"},
         "privacy": {
             "type": "object",
             "required": [

@@ -19,7 +19,8 @@ from urllib.parse import quote
 
 from leaderboard.directions import lower_is_better
 from leaderboard.entries import audit_exceeds_epsilon
-from leaderboard.store import MANIFESTS_DIR, Row, labelled, rows_by_version
+from leaderboard.store import MANIFESTS_DIR, Row
+from leaderboard.suites import SUITES
 from leaderboard.tables import (
     MIN_RANKED_SEEDS,
     ROLE_ORDER,
@@ -36,6 +37,14 @@ from leaderboard.tables import (
     headline_metric,
     metric_label,
     role_of,
+)
+from leaderboard.tracks import (
+    Track,
+    TrackView,
+    contrasts,
+    format_contrast,
+    grouped_rows,
+    track_views,
 )
 
 SORT_JS = """
@@ -66,6 +75,7 @@ th[data-dir=desc]::after{content:' ▼'}td.num{text-align:right;font-variant-num
 svg{border:1px solid #ddd;background:#fff}p.split{max-width:70em;color:#444}
 .badge{font-size:75%;padding:1px 5px;border-radius:3px;background:#eee;color:#555}
 .badge.control{background:#fdf1d6}.badge.bound{background:#e4eefb}.badge.unranked{background:#f3e3f3}
+.hash{font-size:70%;color:#888;font-weight:normal}table.tracks td{vertical-align:top}
 tr.best td{font-weight:bold}tr.bound td,tr.control td{color:#555}tr.theirs td{background:#f7fbf2}tr.flagged td{background:#fde8e8}
 """
 
@@ -111,9 +121,13 @@ def _summary_cell(summary: dict | None, digits: int = 4) -> str:
 
 def _split_header(split: str, manifest: dict | None) -> str:
     """Source, clients per part and the date window: what the split *is*, not only its hash."""
-    title = f'<h2 id="split-{html.escape(split)}">{html.escape(split)}</h2>'
     if not manifest:
-        return title
+        return f'<h2 id="split-{html.escape(split)}">{html.escape(split)}</h2>'
+    name = manifest.get("source", {}).get("name", "?")
+    title = (
+        f'<h2 id="split-{html.escape(split)}">{html.escape(str(name))} split '
+        f'<span class="hash">{html.escape(split)}</span></h2>'
+    )
     counts = manifest.get("counts", {})
     parts = ", ".join(
         f"{counts[p]['clients']:,} {p} clients / {counts[p]['samples']:,} samples"
@@ -168,9 +182,15 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
     """What a reader came for: the headline metric with its CI and the gap it closes."""
     table = build_table(rows, split, metric)
     rows, _ = apart_by_unit([r for r in rows if r.split == split])  # names as in the table
-    head = ["method", "ε", metric_label(metric) + " (mean ± 95% CI)", "gap closed", "seeds"]
-    head += ["− public_only (paired 95% CI)", "− generator_only (paired 95% CI)"]
-    head += ["gap closed (paired 95% CI)"]
+    # Only the columns this table has: a track without the public_only → nonprivate bounds
+    # (the preference track) has no gap closed and no paired differences from them.
+    gap_column = bool(table.gap)
+    paired_columns = bool(table.comparisons.cells)
+    head = ["method", "ε", metric_label(metric) + " (mean ± 95% CI)"]
+    head += ["gap closed"] * gap_column + ["seeds"]
+    if paired_columns:
+        head += ["− public_only (paired 95% CI)", "− generator_only (paired 95% CI)"]
+        head += ["gap closed (paired 95% CI)"]
     sign = 1 if lower_is_better(metric) else -1
 
     def rank(row: Row) -> tuple:
@@ -191,7 +211,7 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
             + _method_cell(row, key in table.few_seeds)
             + _eps_cell(row.epsilon_budget)
             + _summary_cell(summary)
-            + _num(gap, "" if gap is None else format_share(gap))
+            + (_num(gap, "" if gap is None else format_share(gap)) if gap_column else "")
             + _num(
                 len(row.entry["spec"].get("seeds", [])),
                 str(len(row.entry["spec"].get("seeds", []))),
@@ -199,6 +219,7 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
             + "".join(
                 _estimate_cell(getattr(paired, name, None), name == "gap")
                 for name in ("vs_public", "vs_generator", "gap")
+                if paired_columns
             )
             + f'<td><a href="{_href(links[_record_name(row)])}">json</a></td></tr>'
         )
@@ -208,6 +229,14 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
         f"<thead><tr>{cols}</tr></thead><tbody>{''.join(body)}</tbody></table>"
         + _separation_note(table)
     )
+
+
+def _contrasts(track: Track | None, rows: Sequence[Row], metric: str) -> str:
+    """The track's named paired differences (paper 001's stage 1 effect), if it has them."""
+    if track is None:
+        return ""
+    found = contrasts(SUITES[track.suite], rows, metric)
+    return "".join(f"<p class='contrast'>{_text(format_contrast(c))}</p>" for c in found)
 
 
 def _estimate_cell(estimate: Any, share: bool) -> str:
@@ -356,6 +385,7 @@ def _page(
     nav: str,
     metric: str | None,
     manifests: dict[str, dict],
+    track: Track | None = None,
 ) -> str:
     sections = []
     for split in sorted({r.split for r in rows}):
@@ -364,6 +394,7 @@ def _page(
         sections.append(
             _split_header(split, manifests.get(split))
             + _headline_table(split, split_rows, shown, links)
+            + _contrasts(track, split_rows, shown)
             + _plot(split, split_rows, shown)
             + _audit_table(split, split_rows)
         )
@@ -376,10 +407,12 @@ def _page(
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>fedsynth leaderboard {html.escape(version)}</title>"
         f"<style>{STYLE}</style></head><body><h1>fedsynth leaderboard</h1>{nav}"
-        f"<p>Version {html.escape(version)}. Each split leads with {lead}: "
-        "mean ± 95% CI over seeds and the share of the public-only → non-private gap it closes, "
-        "then each row's difference from public_only and generator_only and its gap closed "
-        "with paired bootstrap 95% CIs over test clients and seeds. A method's cell is ranked "
+        + (f"<h2>{html.escape(track.title)}</h2>" if track else "")
+        + f"<p>Version {html.escape(version)}. Each split leads with {lead}: "
+        "mean ± 95% CI over seeds; where the split has the public-only and non-private "
+        "bounds, the share of that gap a row closes, then each row's difference from "
+        "public_only and generator_only and its gap closed with paired bootstrap 95% CIs over "
+        "test clients and seeds. A method's cell is ranked "
         f"only with at least {MIN_RANKED_SEEDS} seeds. "
         "<span class='badge bound'>bound</span> rows anchor that scale, "
         "<span class='badge control'>control</span> rows calibrate it (the oracle releases real "
@@ -391,15 +424,92 @@ def _page(
     )
 
 
-def _nav(all_versions: Sequence[str], current: str, prefix: str) -> str:
-    """Links to every version's page, newest first; the shown one is not a link."""
+def _nav(
+    all_versions: Sequence[str], current: str, prefix: str, titles: dict[str, str] | None = None
+) -> str:
+    """Links to every version's page, newest first, each named by its track where it is
+    one (the hash then a detail); the shown one is not a link."""
+    titles = titles or {}
+
+    def name(v: str) -> str:
+        return f"{titles[v]} ({v})" if v in titles else v
+
     items = [
-        f"<b>{_text(v)}</b>"
+        f"<b>{_text(name(v))}</b>"
         if v == current
-        else f'<a href="{_href(f"{prefix}{v}/index.html")}">{_text(v)}</a>'
+        else f'<a href="{_href(f"{prefix}{v}/index.html")}">{_text(name(v))}</a>'
         for v in reversed(all_versions)
     ]
     return f'<p class="versions">Versions (newest first): {" · ".join(items)}</p>'
+
+
+def _best_cells(view: TrackView) -> str:
+    """The track's best ranked method per ε with its 95 % CI (or why none is ranked)."""
+    if view.version is None:
+        return "not yet run under the suite"
+    cells = []
+    for split in sorted({r.split for r in view.rows}):
+        table = build_table(view.rows, split)
+        for eps in table.epsilons:
+            method = table.best.get(eps)
+            if method is not None:
+                cell = table.cells[method, eps]
+                cells.append(
+                    f"ε = {format_epsilon(eps)}: <b>{_text(method)}</b> "
+                    f"{_text(format_cell(cell))} ({cell.n} seeds)"
+                )
+    return "<br>".join(cells) or (
+        f"none ranked: no method cell has ≥ {MIN_RANKED_SEEDS} seeds and a clean audit"
+    )
+
+
+def _references(view: TrackView) -> str:
+    """The track's bound and control rows with their means: what its methods are read
+    against (the ε = 0 / ε = ∞ bounds, or the base model on the preference track)."""
+    found = []
+    for split in sorted({r.split for r in view.rows}):
+        table = build_table(view.rows, split)
+        for method in table.methods:
+            if table.roles[method] != "method":
+                for eps in table.epsilons:
+                    if (method, eps) in table.cells:
+                        found.append(
+                            f"{_text(method)} (ε = {format_epsilon(eps)}) "
+                            f"{_text(format_cell(table.cells[method, eps]))}"
+                        )
+    return "<br>".join(found)
+
+
+def _overview(views: Sequence[TrackView]) -> str:
+    """Every track: its name linking to its page, what it measures, its split in words and
+    privacy unit, its headline metric, the best ranked method per ε with its CI, and the
+    reference rows; the version hash is a detail."""
+    body = []
+    for view in views:
+        title = _text(view.track.title)
+        if view.version is not None:
+            title = f'<a href="{_href(f"{view.version}/index.html")}">{title}</a>'
+        metric = ""
+        if view.rows:
+            split = sorted({r.split for r in view.rows})[0]
+            metric = metric_label(headline_metric(view.rows, split))
+        body.append(
+            f"<tr><td class='track'>{title}<br><span class='hash'>"
+            f"{_text(view.version or '')}</span></td>"
+            f"<td>{_text(view.summary())}</td>"
+            f"<td>{_text(metric)}</td><td class='best'>{_best_cells(view)}</td>"
+            f"<td>{_references(view)}</td></tr>"
+        )
+    head = ["track", "what it measures, split, privacy unit", "headline", "best ranked"]
+    head.append("reference rows")
+    cols = "".join(f"<th>{h}</th>" for h in head)
+    return (
+        "<h2>Tracks</h2><table class='tracks'>"
+        f"<thead><tr>{cols}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        "<p>Best ranked: the highest mean among method rows with at least "
+        f"{MIN_RANKED_SEEDS} seeds and an audit within ε, ± the 95% t-interval half-width "
+        "over seeds. Each track's page has its full table, paired intervals and audits.</p>"
+    )
 
 
 def _record_name(row: Row) -> str:
@@ -428,11 +538,10 @@ def write_site(
     → root, e.g. the published store beside a user's own) appear labelled beside them.
     ``metric`` (default: each split's headline) leads every table and plot."""
     roots = {"": results_root, **(others or {})}
-    grouped = rows_by_version(results_root) if results_root.exists() else {}
-    for label, root in (others or {}).items():
-        if root.exists() and root.resolve() != results_root.resolve():
-            for version, rows in rows_by_version(root).items():
-                grouped.setdefault(version, []).extend(labelled(rows, label))
+    grouped = grouped_rows(results_root, others)
+    views = track_views(results_root, grouped)
+    tracks = {v.version: v.track for v in views if v.version}
+    titles = {version: track.title for version, track in tracks.items()}
     all_versions = list(grouped)
     shown = shown or (all_versions[-1] if all_versions else "none")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -447,21 +556,20 @@ def write_site(
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(roots[row.store] / row.path, target)
             links[_record_name(row)] = f"records/{_record_name(row)}"
-        nav = _nav(all_versions, version, "../")
+        nav = _nav(all_versions, version, "../", titles)
         (out_dir / version / "index.html").write_text(
-            _page(rows, version, links, nav, metric, manifests)
+            _page(rows, version, links, nav, metric, manifests, tracks.get(version))
         )
         (out_dir / version / "entries.json").write_text(
             json.dumps([r.entry for r in rows], indent=1)
         )
         if version == shown:
             root_links = {k: f"{version}/{v}" for k, v in links.items()}
-            nav = _nav(all_versions, version, "")
+            nav = _overview(views) + _nav(all_versions, version, "", titles)
             (out_dir / "index.html").write_text(
-                _page(rows, version, root_links, nav, metric, manifests)
+                _page(rows, version, root_links, nav, metric, manifests, tracks.get(version))
             )
     if shown not in all_versions:
-        (out_dir / "index.html").write_text(
-            _page([], shown, {}, _nav(all_versions, shown, ""), metric, {})
-        )
+        nav = _overview(views) + _nav(all_versions, shown, "", titles)
+        (out_dir / "index.html").write_text(_page([], shown, {}, nav, metric, {}))
     return out_dir / "index.html"

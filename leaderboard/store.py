@@ -48,11 +48,16 @@ def superseded_entries(root: Path, entry: dict[str, Any]) -> list[Path]:
     """The other entries of ``entry``'s cell under ``root``: the same version, split,
     method, ε, privacy unit and profile (the readable part of the entry key) from another
     resolved spec (the key's last part, the spec's digest), e.g. before a tuned parameter
-    was adopted. A table shows one row per cell, so they are what ``entry`` replaces."""
+    was adopted. A table shows one row per cell, so they are what ``entry`` replaces; a
+    paper's named rows (``variant``) are cells of their own."""
     path = entry_path(root, entry)
     cell = entry["entry_key"].rpartition("__")[0]
     return sorted(
-        p for p in path.parent.glob("*.json") if p != path and p.stem.rpartition("__")[0] == cell
+        p
+        for p in path.parent.glob("*.json")
+        if p != path
+        and p.stem.rpartition("__")[0] == cell
+        and json.loads(p.read_text()).get("variant") == entry.get("variant")
     )
 
 
@@ -210,6 +215,11 @@ def labelled(rows: list[Row], label: str) -> list[Row]:
     return [replace(r, method=f"{r.method} ({label})", store=label) for r in rows]
 
 
+def row_name(entry: dict[str, Any]) -> str:
+    """The table row an entry is: its paper's variant name, else its method's name."""
+    return entry.get("variant") or entry["method"]["name"]
+
+
 def _eps(value: float | str) -> float:
     return math.inf if value == "inf" else float(value)
 
@@ -231,7 +241,7 @@ def rebuild_index(root: Path) -> Path:
                 (
                     entry["leaderboard_version"],
                     entry["split"]["name"],
-                    entry["method"]["name"],
+                    row_name(entry),
                     _eps(entry["privacy"]["epsilon"]),
                     _eps(entry["privacy"]["epsilon_budget"]),
                     entry["privacy"]["guarantee"],

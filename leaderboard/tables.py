@@ -23,7 +23,13 @@ from leaderboard.store import Row
 DEFAULT_METRIC = "next_token.top1"
 # A split leads with the first of these its entries have: next-token accuracy for text
 # splits, the win rate for preference splits (paper 003), then the other tasks' measures.
-HEADLINES = (DEFAULT_METRIC, "win_rate.win_rate", "classification.accuracy", "mauve.mauve")
+HEADLINES = (
+    DEFAULT_METRIC,
+    "win_rate.win_rate",
+    "classification.accuracy",
+    "in_vocab.top1_llm_tokens",
+    "mauve.mauve",
+)
 BOUND_METHODS = {"public_only": 0.0, "nonprivate": math.inf}
 ROLE_ORDER = {"bound": 0, "control": 1, "method": 2}
 # A cell with fewer seeds is shown, marked, and never ranked: one seed says nothing about
@@ -41,6 +47,9 @@ METRIC_LABELS = {
     "next_token.top1": "next-token top-1",
     "win_rate.win_rate": "win rate vs test chosen",
     "reward_accuracy.accuracy": "reward accuracy",
+    "classification.accuracy": "classifier accuracy on real test texts",
+    "classification.macro_f1": "classifier macro-F1",
+    "in_vocab.top1_llm_tokens": "in-vocabulary next-token top-1",
     "next_token.top3": "next-token top-3",
     "next_token.ce": "cross-entropy (nats)",
     "next_token.validation_top1": "validation top-1",
@@ -285,14 +294,26 @@ def render_text(table: Table, bold: tuple[str, str] = ("\033[1m", "\033[0m")) ->
                 text = f"{bold[0]}{text}{bold[1]}"
             cells.append(text)
         lines.append(cells)
-    out = [
-        f"{table.split} — {metric_label(table.metric)} "
-        "(mean ± 95% CI half-width over n seeds; gap closed = share of public_only → nonprivate; "
-        f"a method is ranked with ≥ {MIN_RANKED_SEEDS} seeds)"
-    ]
+    out = [f"{table.split} — {metric_label(table.metric)} ({columns_note(table)})"]
     out += _aligned([header, *lines], bold)
     out += [f"  {m}: {role_label(table, m)}" for m in table.methods if table.roles[m] != "method"]
     return "\n".join(out + render_comparisons(table))
+
+
+def columns_note(table: Table) -> str:
+    """What the table's cells are, naming only what this table has: the gap closed where
+    the track has both bounds, else the reference rows its methods are read against (e.g.
+    the base model on the preference track)."""
+    parts = ["mean ± 95% CI half-width over n seeds"]
+    if table.gap:
+        parts.append("gap closed = share of public_only → nonprivate")
+    references = [m for m in table.methods if table.roles[m] != "method"]
+    if references and not table.gap:
+        parts.append(
+            "no public_only → nonprivate bounds here: read methods against " + ", ".join(references)
+        )
+    parts.append(f"a method is ranked with ≥ {MIN_RANKED_SEEDS} seeds")
+    return "; ".join(parts)
 
 
 def _aligned(rows: list[list[str]], bold: tuple[str, str] = ("", "")) -> list[str]:

@@ -200,7 +200,9 @@ def _check_aggregate(entry: dict[str, Any], records: dict[str, dict[str, Any]]) 
             raise EntryError(f"kept record {run} is not the one this entry was built from")
     if not all(run in records for run in entry["runs"]):
         return
-    rebuilt = build_entry([records[run] for run in entry["runs"]], entry["leaderboard_version"])
+    rebuilt = build_entry(
+        [records[run] for run in entry["runs"]], entry["leaderboard_version"], entry.get("variant")
+    )
     if "run_digests" not in entry:
         del rebuilt["run_digests"]
         rebuilt["integrity"] = integrity_digest(rebuilt)

@@ -81,13 +81,41 @@ CROSS_DEVICE_002: dict[str, Any] = {
 }
 
 
-def tree_schedule(num_clients: int, cohort_size: int | None, rounds: int) -> tuple[int, list[int]]:
+# ``cohort_size: one_pass``: the cohort follows from the population and the rounds,
+# c = ⌊N / T⌋, so that one tree of T leaves takes every train client once (all but the
+# N mod T < T left over by the pool's shuffle). With single participation the tree's noise
+# is fixed by ε and its depth, not by c, so this is the largest signal at the same σ
+# (paper 002's regime: 1,600 rounds of 100 clients, each client at most once).
+ONE_PASS = "one_pass"
+
+
+def cohort_for(num_clients: int, cohort_size: int | str | None, rounds: int) -> int:
+    """The cohort size c a ``cohort_size`` setting means for N clients and T rounds."""
+    if cohort_size is None:
+        return num_clients
+    if cohort_size == ONE_PASS:
+        if rounds < 1 or num_clients < rounds:
+            raise SpecError(
+                f"method.params.cohort_size: {ONE_PASS} needs N >= rounds >= 1, got "
+                f"N = {num_clients}, rounds = {rounds}"
+            )
+        return num_clients // rounds
+    if isinstance(cohort_size, str):
+        raise SpecError(
+            f"method.params.cohort_size: an integer, null or {ONE_PASS!r}, got {cohort_size!r}"
+        )
+    return int(cohort_size)
+
+
+def tree_schedule(
+    num_clients: int, cohort_size: int | str | None, rounds: int
+) -> tuple[int, list[int]]:
     """(cohort size c, leaves of each tree) for ``rounds`` rounds.
 
     A tree has L = min(⌊N / c⌋, T) leaves (one pass over the clients, never more leaves than
     rounds); the last tree holds only the rounds left, so no tree has an unused leaf.
     """
-    c = num_clients if cohort_size is None else int(cohort_size)
+    c = cohort_for(num_clients, cohort_size, rounds)
     if not 1 <= c <= num_clients:
         raise SpecError(f"method.params.cohort_size: must be in [1, {num_clients}], got {c}")
     if rounds < 1:

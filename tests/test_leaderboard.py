@@ -425,5 +425,8 @@ def test_each_split_leads_with_its_own_headline_metric(tmp_path):
     write_manifest(root, "lb-0123456789", entry["split"]["name"], entry["split"] | {"version": "v"})
     page = write_site(root, tmp_path / "site").read_text()
     assert "win rate vs test chosen ↑ (mean ± 95% CI)" in page and "0.5000" in page
+    # no bounds on this split: its table has no gap-closed or paired-difference columns
+    head = page.split('table class="sortable headline"')[1].split("</thead>")[0]
+    assert "gap closed" not in head and "public_only" not in head
     forced = write_site(root, tmp_path / "forced", "next_token_like.top1").read_text()
     assert "win rate vs test chosen" not in forced

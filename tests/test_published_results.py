@@ -45,3 +45,23 @@ def test_every_adopted_selection_is_a_published_tuning_reports_choice():
             if (r["suite"], r["method"], r["epsilon"]) == (suite, method, epsilon)
         ]
         assert matching == [params], (suite, method, epsilon)
+
+
+def test_no_result_file_lives_outside_the_signed_store():
+    """Issue 35: every committed result is an entry, a kept record or a tuning report that
+    the signed index lists (and `leaderboard verify` checks); beside them only the store's
+    own structure: the index, the public keys, version definitions and split manifests."""
+    from leaderboard.store import MANIFESTS_DIR, VERSION_FILE
+    from leaderboard.store_index import INDEX_FILE
+
+    listed = set(json.loads((PUBLISHED / INDEX_FILE).read_text())["files"])
+    for path in sorted(p for p in PUBLISHED.rglob("*") if p.is_file()):
+        name = path.relative_to(PUBLISHED).as_posix()
+        structure = (
+            name == INDEX_FILE
+            or name.startswith("_keys/")
+            or path.name == VERSION_FILE
+            or path.parent.name == MANIFESTS_DIR
+            or path.name.startswith(".index.sqlite")  # the query cache, git-ignored
+        )
+        assert structure or name in listed, f"{name}: a result outside the signed store"

@@ -21,7 +21,7 @@ def test_every_suite_parameter_resolves_and_validates_for_its_profile(name):
     (e.g. POPri's ℓ ≤ J), so a suite cannot fail at its last method after hours of runs."""
     suite = SUITES[name]
     for method in suite.methods:
-        cls = METHODS.get(method)
+        cls = METHODS.get(suite.method_of(method))
         for epsilon in suite.budgets(method):
             params = suite.spec(method, epsilon, 0, Path("unused")).method.params
             cls(cls.resolve_config(suite.profile, params))

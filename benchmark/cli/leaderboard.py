@@ -65,10 +65,21 @@ def show(
     as_json: bool,
 ) -> None:
     """Print methods × ε tables like the papers': mean ± 95% CI over seeds, gap closed, the
-    best ranked method per column in bold (bounds and controls are marked, not ranked)."""
+    best ranked method per column in bold (bounds and controls are marked, not ranked).
+    With no --version and no --dataset: every track's headline table, each under a line
+    saying what it measures, its split and its privacy unit."""
     from leaderboard.store import query_with
     from leaderboard.tables import build_table, render_text
 
+    bold = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("*", "*")
+    if version is None and dataset is None and not as_json:
+        from leaderboard.tracks import grouped_rows, render_tracks, track_views
+
+        root = Path(results_dir)
+        views = track_views(root, grouped_rows(root, {"yours": Path(mine_dir)}))
+        if any(v.version for v in views):  # else a store of other suites: its newest version
+            click.echo(render_tracks(views, metric, epsilon, bold))
+            return
     rows = query_with(
         Path(results_dir),
         {"yours": Path(mine_dir)},
@@ -85,7 +96,6 @@ def show(
     if as_json:
         click.echo(json.dumps([t.to_json() for t in tables], indent=1))
         return
-    bold = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("*", "*")
     click.echo(f"leaderboard {rows[0].leaderboard_version}")
     for table in tables:
         click.echo(render_text(table, bold))

@@ -1,0 +1,180 @@
+"""Tracks: a paper's named rows run through a suite as signed entries of their own, every
+track shown with its description, and the paper suites' protocol fixed where it matters
+(paper 001's test size and zero-step row, paper 002's one-pass cohort)."""
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from test_leaderboard import fake_records, publish, summary_row
+
+import methods  # noqa: F401  (registers the built-in adapters)
+from benchmark.cli.main import cli
+from leaderboard.entries import build_entry, integrity_digest, version_definition
+from leaderboard.store import entry_files, query, rows_by_version, write_manifest, write_version
+from leaderboard.suites import SUITES, Variant, instrument, run_suite
+from leaderboard.tables import build_table, render_text
+from leaderboard.tracks import TRACKS, TrackView, contrasts, render_tracks, suite_of, track_views
+from leaderboard.verify import verify_tree
+from methods.dp_ftrl import ONE_PASS, ftrl_noise, tree_schedule
+
+pytestmark = pytest.mark.end_to_end  # scheduled first (tests/conftest.py)
+
+
+def test_variants_of_one_method_are_signed_rows_of_their_own(tmp_path):
+    """Two named rows of one method at one ε (paper 001's ε = 8 with and without
+    refinement) are two entries, neither replacing the other; each carries its row's
+    name, verifies (its aggregate is rebuilt with the name) and is shown under it."""
+    variants = {
+        "one_epoch": Variant("public_only", 0.0, {"public_epochs": 1}),
+        "two_epochs": Variant("public_only", 0.0, {"public_epochs": 2}),
+    }
+    suite = dataclasses.replace(
+        SUITES["tiny"], metrics=(), methods=tuple(variants), variants=variants
+    )
+    results = tmp_path / "results"
+    entries = run_suite(
+        suite, results_root=results, runs_root=tmp_path / "runs", splits_root=tmp_path / "s"
+    )
+    assert sorted(e["variant"] for e in entries) == ["one_epoch", "two_epochs"]
+    assert {e["method"]["name"] for e in entries} == {"public_only"}
+    assert len(entry_files(results)) == 2  # the second did not supersede the first
+    assert verify_tree(results, trust_host=True) == []
+    assert sorted(r.method for r in query(results)) == ["one_epoch", "two_epochs"]
+    edited = json.loads(entry_files(results)[0].read_text())
+    edited["variant"] = "relabelled"  # relabelling a row breaks its digest and signature
+    entry_files(results)[0].write_text(json.dumps(edited))
+    assert verify_tree(results, trust_host=True)
+
+
+def test_every_paper_row_resolves_to_its_method_and_budget():
+    paper001, paper002 = SUITES["paper001"], SUITES["paper002"]
+    zero = paper001.spec("control_zero_steps", math.inf, 0, Path("unused"))
+    assert zero.method.name == "fed_ctg"
+    # the prompt the fine-tuned rows sample from, with no fine-tuning: prompt vs stage 1
+    assert zero.method.params["zero_shot_template"] == "{label}\n"
+    assert zero.method.params["finetune"] is False
+    assert paper001.spec("pre", math.inf, 0, Path("u")).method.params["zero_shot_template"] != (
+        "{label}\n"
+    )
+    assert paper001.budgets("eps8_refinement") == (8.0,)
+    assert paper001.contrasts["stage 1's own effect"] == ("eps_inf", "control_zero_steps")
+    assert len(paper002.grid()) == 14 * 3
+    row = paper002.spec("transformer_midtrain_distill_dm", 18.71, 0, Path("u"))
+    assert row.method.params["cohort_size"] == ONE_PASS
+    assert row.method.params["model"] == "transformer"
+    assert (row.privacy.epsilon, row.privacy.delta) == (18.71, 1e-6)
+
+
+def test_paper001_split_sizes_the_test_set_for_a_two_point_binomial_se(tmp_path):
+    """602 test texts: SE = √(p(1 − p)/n) ≤ 2 points up to an accuracy of 40 % (2.04 at
+    50 %); δ = 1/(N ln N) for the split's own N train clients (fed_ctg's ``ln`` rule)."""
+    from benchmark.split_storage import load_split
+    from leaderboard.suites import ensure_split
+
+    suite = SUITES["paper001"]
+    split = load_split(ensure_split(suite, tmp_path))
+    n_test = len(split.records("test"))
+    train = len(split.by_client("train"))
+    assert n_test >= 600 and math.sqrt(0.4 * 0.6 / n_test) <= 0.02
+    assert suite.delta == pytest.approx(1 / (train * math.log(train)))
+
+
+def test_one_pass_cohorts_take_every_client_once_at_the_same_noise(tmp_path):
+    """The cohort follows from the population and the rounds; with single participation
+    the accountant's σ for one tree of T leaves is the same whatever the cohort."""
+    from model_methods_support import make_context
+
+    assert tree_schedule(650, ONE_PASS, 24) == (27, [24])  # 648 of 650 clients
+    assert tree_schedule(5816, ONE_PASS, 24) == (242, [24])
+    ctx = make_context(tmp_path, epsilon=18.71, delta=1e-6)
+    assert ftrl_noise(ctx, tree_schedule(650, ONE_PASS, 24)[1]) == pytest.approx(
+        ftrl_noise(ctx, tree_schedule(650, 25, 24)[1])
+    )
+    with pytest.raises(ValueError, match="one_pass"):
+        tree_schedule(10, ONE_PASS, 24)
+    with pytest.raises(ValueError, match="cohort_size"):
+        tree_schedule(10, "half", 2)
+
+
+def _track_version(root: Path, suite_name: str) -> str:
+    """A version defined as ``suite_name``'s (as a suite run writes it), split ``toy``."""
+    suite = SUITES[suite_name]
+    definition = version_definition(
+        ["abc"], suite.metrics, suite.downstream, instrument(suite.profile)
+    )
+    version = write_version(root, definition)
+    manifest = {"name": "toy", "version": "v-toy", "content_hash": "abc"}
+    manifest |= {"source": {"name": suite.source}, "counts": {"train": {"clients": 12}}}
+    write_manifest(root, version, "toy", manifest)
+    return version
+
+
+def test_show_prints_every_track_with_its_description(tmp_path):
+    """Each track's newest version is found by its suite's definition; a track with none
+    says it is not yet run; the quick smoke test comes last."""
+    root = tmp_path / "results"
+    version = _track_version(root, "quick")
+    entry = build_entry(fake_records(tmp_path, 1.0, seeds=(0, 1, 2)), version)
+    entry["split"]["name"] = "toy"
+    entry["integrity"] = integrity_digest(entry)
+    publish(root, entry)
+    assert suite_of(root, version) == "quick"
+    views = track_views(root, rows_by_version(root))
+    assert [v.track.suite for v in views] == [t.suite for t in TRACKS]
+    assert views[-1].track.suite == "quick" and views[-1].version == version
+    assert "kjv: 12 train clients (toy)" in views[-1].description()
+    result = CliRunner().invoke(
+        cli, ["leaderboard", "show", "--results", str(root), "--mine", str(tmp_path / "no")]
+    )
+    assert result.exit_code == 0, result.output
+    out = result.output
+    for track in TRACKS:
+        assert f"== {track.title}: {track.measures}" in out
+    assert out.count("Not yet run under the suite") == 4
+    assert "Privacy unit: user = one client of the split" in out
+    assert out.index("== Text benchmark") < out.index("== Quick smoke test")
+
+
+def test_a_table_without_bounds_names_its_reference_rows_not_a_gap():
+    base = summary_row("base_model", 0.0, [0.7] * 3, "bound", "win_rate.win_rate")
+    policy = summary_row("dp_ft", 1.0, [0.6] * 3, "method", "win_rate.win_rate")
+    header = render_text(build_table([base, policy], "toy"), ("", "")).splitlines()[0]
+    assert "gap closed" not in header and "read methods against base_model" in header
+
+
+def test_stage_one_effect_is_a_difference_paired_by_seed():
+    metric = "classification.accuracy"
+    a = summary_row("eps_inf", math.inf, [0.40, 0.42, 0.44], "method", metric)
+    b = summary_row("control_zero_steps", math.inf, [0.35, 0.36, 0.40], "method", metric)
+    for row in (a, b):
+        row.entry["spec"] = {"seeds": [0, 1, 2]}
+    (effect,) = contrasts(SUITES["paper001"], [a, b], metric)
+    assert effect.difference == pytest.approx(0.05)  # (0.05 + 0.06 + 0.04) / 3
+    # paired: t(2) · sd(0.05, 0.06, 0.04) / √3 = 4.303 · 0.01 / 1.732
+    assert effect.ci_half == pytest.approx(4.3027 * 0.01 / math.sqrt(3), rel=1e-3)
+    b.entry["spec"] = {"seeds": [1]}  # only the seeds both rows have are paired
+    (one,) = contrasts(SUITES["paper001"], [a, b], metric)
+    assert one.seeds == 1 and one.ci_half is None
+
+
+def test_a_paper_track_prints_its_rows_descriptions_and_stage_one_effect():
+    metric = "classification.accuracy"
+    rows = [
+        summary_row("eps_inf", math.inf, [0.40, 0.42, 0.44], "method", metric),
+        summary_row("control_zero_steps", math.inf, [0.35, 0.36, 0.40], "method", metric),
+    ]
+    for row in rows:
+        row.entry["spec"] = {"seeds": [0, 1, 2]}
+        row.entry["privacy"] = {"unit": "client_sample", "unit_statement": "each client's own"}
+    paper001 = next(t for t in TRACKS if t.suite == "paper001")
+    text = render_tracks([TrackView(paper001, "lb-0123456789", rows, {"name": "toy"})])
+    assert "Privacy unit: each client's own." in text
+    assert (
+        f"control_zero_steps: {SUITES['paper001'].variants['control_zero_steps'].description}"
+        in text
+    )
+    assert "stage 1's own effect: eps_inf − control_zero_steps = +0.0500 ± 0.0248" in text
