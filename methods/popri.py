@@ -90,13 +90,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmark.artifact import Artifact
-from benchmark.data import TEXT
-from benchmark.evaluation.fid import fid_from_features
-from benchmark.evaluation.sampling import shuffled_subset
-from benchmark.method import Method, MethodContext
-from benchmark.profiles.base import Generator, SamplingParams
-from benchmark.profiles.hf_generator import context_length
+from benchmark.api import (
+    TEXT,
+    Artifact,
+    Generator,
+    Method,
+    MethodContext,
+    SamplingParams,
+    context_length,
+    fid_from_features,
+    shuffled_subset,
+)
 from methods.lora import lora_config, trainable_flags_kept
 from methods.popri_scoring import SimilarityScorer, preference_indices
 from methods.private_evolution import eligible_public, expand, few_shot_prompt, parse_generated

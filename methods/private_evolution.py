@@ -76,10 +76,17 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.data import TEXT
-from benchmark.federation.clients import ClientBatch, ClientData
-from benchmark.method import Method, MethodContext
-from benchmark.profiles.base import Embedder, Generator, ModelProfile, SamplingParams
+from benchmark.api import (
+    TEXT,
+    ClientBatch,
+    ClientData,
+    Embedder,
+    Generator,
+    Method,
+    MethodContext,
+    ModelProfile,
+    SamplingParams,
+)
 
 CLIP_NORM = 1.0  # each client's vote vector has L2 norm 1 (user-level sensitivity)
 NN_BLOCK_ROWS = 4096  # private samples per block of the nearest-neighbour matrix product
