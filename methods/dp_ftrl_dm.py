@@ -55,7 +55,7 @@ Choices where the paper is silent (beyond those of DP-FTRL, see :mod:`methods.dp
 - Table 2's other rows are params of this one config: pre-training on all public data is
   ``pretrain: all`` (1.4M steps at batch 512 in ``paper``); its distillation rows are
   ``pretrain: random`` with ``pretrain_fraction`` 0.01 / 0.0008, ``pretrain_steps``
-  100k / 8k and ``pretrain_batch_size`` 128; ``benchmarks/paper002_table2.py`` lists the
+  100k / 8k and ``pretrain_batch_size`` 128; ``measurements/paper002_table2.py`` lists the
   ``cpu`` rows.
 - ``midtrain_round`` ∈ [0, T): Table 4's T' = T column (public training after all DP
   rounds) is not supported.

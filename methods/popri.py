@@ -195,7 +195,7 @@ _PAPER = {
 # B.1's two for that reason, which leaves checkpoint selection across rounds. The learning
 # rate is large enough for a few LoRA steps per round to move the policy (8e-7 is tuned for
 # thousands of steps on LLaMA-3-8B). Scores are Alg. 4's (no standardisation), as ``paper``:
-# measured on the bench split (benchmarks/popri_standardisation.py: 5,816 clients, T = 3,
+# measured on the bench split (measurements/popri_standardisation.py: 5,816 clients, T = 3,
 # K × J = 24 × 10 groups of near-neighbour public texts), the noisy ranking keeps the
 # noise-free chosen sample 91.1 % of the time at ε = 1 and 98.6 % at ε = 7; z-scoring gives
 # 93.1 % and 98.6 %, every noisy pair is ordered right under either rule (≥ 99.9 %), and the

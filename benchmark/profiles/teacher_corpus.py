@@ -12,7 +12,7 @@ hold tensors only, each carries the key and its index and is loaded with
 ``weights_only=True``; a missing, foreign or corrupt shard makes the whole corpus be
 recomputed, never trusted. A sandboxed method process may read the cache but not write it
 (a submission must not plant a corpus another one distills from): there the corpus is
-computed and kept in memory only, and a trusted caller (``benchmarks/paper002_table2.py``)
+computed and kept in memory only, and a trusted caller (``measurements/paper002_table2.py``)
 builds it beforehand.
 
 Choices the paper leaves open: texts are tokenised without special tokens and truncated

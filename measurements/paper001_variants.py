@@ -11,7 +11,7 @@ classifier is scored on every category). δ = 1/(N ln N) for the N training clie
 (``delta_rule: ln``); at N = 28 that is 1.07e-2, the paper's rule (1.09e-3 for Yelp's 100
 clients), which exceeds 1/(number of samples) and so needs ``allow_large_delta``.
 
-    python benchmarks/paper001_variants.py --seeds 0 1 2
+    python measurements/paper001_variants.py --seeds 0 1 2
 
 Runs are resumable (the runner keys them by spec); records are rewritten from the runs.
 """

@@ -11,7 +11,7 @@ their public training (``ROWS``), as in Table 2.
 The teacher pass over the public corpus is built here, in this trusted process, before any
 run: a sandboxed method process may read that cache but not write it.
 
-    python benchmarks/paper002_table2.py --seeds 0 1 2 --models lstm transformer
+    python measurements/paper002_table2.py --seeds 0 1 2 --models lstm transformer
 
 Runs resume (the runner keys them by spec); records are rewritten from the runs.
 """

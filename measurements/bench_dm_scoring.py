@@ -3,7 +3,7 @@
 At the mid-training pause ``dp_ftrl_dm`` scores every public record by its mean-token
 log p_priv under the current on-device model plus its mean-token log p_pub under the public
 LLM, then keeps the top q. Reported, in records per second, on the ``bench`` suite's public
-part (the corpus of ``benchmarks/paper002_table2.py``) at the ``cpu`` config:
+part (the corpus of ``measurements/paper002_table2.py``) at the ``cpu`` config:
 
 - ``teacher_pass``: the public LLM's one pass (top-k logits and log p_pub per record; cached
   after its first run, so a grid pays it once). Run cold here, into a temporary cache;
@@ -14,7 +14,7 @@ part (the corpus of ``benchmarks/paper002_table2.py``) at the ``cpu`` config:
 The on-device models are freshly initialised: the cost does not depend on their weights.
 Threads: ``torch.get_num_threads()`` as set by ``OMP_NUM_THREADS`` (reported).
 
-Run: ``.venv/bin/python benchmarks/bench_dm_scoring.py [--splits DIR] [--json out.json]``.
+Run: ``.venv/bin/python measurements/bench_dm_scoring.py [--splits DIR] [--json out.json]``.
 """
 
 from __future__ import annotations
