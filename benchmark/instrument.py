@@ -1,11 +1,13 @@
-"""The instrument's identity: a digest of the weights every release is measured from.
+"""Which start model measured a release: the sha256 of its weights, kept as a record's
+``instrument`` section so tables compare only releases measured from the same weights.
 
-The evaluator fine-tunes each released text set (and audits each release) from one start
-model, built on the machine that runs it: the profile's on-device LM, pretrained here, then
-fine-tuned on the split's public part. Two builds that differ by a bit measure differently
-(issue 32 measured ~0.005 top-1 between one machine's build and another's, a fifth of the
-bench's gap), so a record carries the digest of the start it was measured with, and tables
-set a row beside bounds only when both were measured with the same start.
+"Instrument" means the measuring instrument: the one start model the evaluator fine-tunes
+each released text set from (and audits each release from), built on the machine that runs
+it: the profile's on-device LM, pretrained here, then fine-tuned on the split's public part.
+Two builds that differ by a bit measure differently (issue 32 measured ~0.005 top-1 between
+one machine's build and another's, a fifth of the bench's gap), so a record carries the
+digest of the start it was measured with, and tables set a row beside bounds only when both
+were measured with the same start.
 """
 
 from __future__ import annotations

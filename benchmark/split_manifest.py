@@ -14,8 +14,8 @@ The manifest is a JSON document with these sections:
 
 ``content_hash`` is sha256 over a format tag, the canonical JSON of ``source`` (less its
 free-text description) and ``build``, the sidecar's sha256, and every record of every
-part in stored order. ``version`` is ``"v-" + content_hash[:12]``. :func:`verify`
-recomputes all of it from the files on disk.
+part in stored order. ``version`` is ``"v-" + content_hash[:12]``.
+:func:`benchmark.split_storage.verify` recomputes all of it from the files on disk.
 """
 
 from __future__ import annotations
@@ -25,11 +25,8 @@ import json
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from benchmark import split_storage
 from benchmark.data import CLIENT_ID, DATE, LABEL, PARTS
 
 FORMAT = "fedsynth-split/1"
@@ -112,48 +109,3 @@ def summarise_part(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
     if dates:
         summary["dates"] = {"min": dates[0], "max": dates[-1]}
     return summary
-
-
-@dataclass
-class Verification:
-    """Outcome of :func:`verify`; ``ok`` only when every check passed."""
-
-    path: Path
-    expected_hash: str
-    actual_hash: str
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-
-def verify(path: str | Path) -> Verification:
-    """Recompute the sidecar hash and the content hash of a stored split."""
-    path = Path(path)
-    manifest = split_storage.read_manifest(path)
-    problems: list[str] = []
-    sidecar = manifest.get("partition", {}).get("clients_file", {})
-    clients_path = path / split_storage.CLIENTS
-    clients_sha = sha256(clients_path.read_bytes()) if clients_path.is_file() else "missing"
-    if clients_sha != sidecar.get("sha256"):
-        problems.append(
-            f"{split_storage.CLIENTS} sha256 is {clients_sha}, "
-            f"manifest says {sidecar.get('sha256')}"
-        )
-    expected = str(manifest.get("content_hash", ""))
-    try:
-        parts = split_storage.read_parts(path)
-    except Exception as exc:  # any corruption of the stored data is a failed check
-        problems.append(f"cannot read the stored records: {exc!r}")
-        return Verification(path, expected, "unreadable", problems)
-    actual = content_hash(parts, manifest["source"], manifest["build"], clients_sha)
-    if actual != expected:
-        problems.append(f"content hash is {actual}, manifest says {expected}")
-    if manifest.get("version") != version_of(expected):
-        problems.append(f"version {manifest.get('version')!r} does not match the content hash")
-    for part in PARTS:
-        stated = manifest.get("counts", {}).get(part, {}).get("samples")
-        if stated != len(parts[part]):
-            problems.append(f"{part}: manifest counts {stated} samples, found {len(parts[part])}")
-    return Verification(path, expected, actual, problems)

@@ -14,7 +14,8 @@ directory (removed by the next build of the same target), never a split without 
 
 A split is shared by every run on the host and keyed by its content hash, so
 :func:`load_split` recomputes that hash and refuses records edited after the build (one
-submission must not change the data another is scored on).
+submission must not change the data another is scored on); :func:`verify` recomputes it
+and lists every mismatch (``fedsynth splits verify``).
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmark.data import CLIENT_ID, DATE, LABEL, PARTS, SOURCE_ID, TEXT, FederatedSplit
+from benchmark.split_manifest import content_hash, sha256, version_of
 
 MANIFEST = "manifest.json"
 CLIENTS = "clients.json"
@@ -198,9 +201,6 @@ def load_split(path: str | Path) -> FederatedSplit:
 
 def _check_content(path: Path, manifest: dict[str, Any], parts: dict[str, list]) -> None:
     """Refuse records (or a client sidecar) that no longer hash to the manifest's key."""
-    # lazy: split_manifest imports this module at its top
-    from benchmark.split_manifest import content_hash, sha256, version_of
-
     clients = path / CLIENTS
     clients_sha = sha256(clients.read_bytes()) if clients.is_file() else "missing"
     actual = content_hash(parts, manifest["source"], manifest["build"], clients_sha)
@@ -222,3 +222,45 @@ def find_splits(root: str | Path) -> Iterator[Path]:
     for child in sorted(root.iterdir()):
         if child.is_dir() and not child.name.startswith("."):
             yield from find_splits(child)
+
+
+@dataclass
+class Verification:
+    """Outcome of :func:`verify`; ``ok`` only when every check passed."""
+
+    path: Path
+    expected_hash: str
+    actual_hash: str
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify(path: str | Path) -> Verification:
+    """Recompute the sidecar hash and the content hash of a stored split."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    problems: list[str] = []
+    sidecar = manifest.get("partition", {}).get("clients_file", {})
+    clients_path = path / CLIENTS
+    clients_sha = sha256(clients_path.read_bytes()) if clients_path.is_file() else "missing"
+    if clients_sha != sidecar.get("sha256"):
+        problems.append(f"{CLIENTS} sha256 is {clients_sha}, manifest says {sidecar.get('sha256')}")
+    expected = str(manifest.get("content_hash", ""))
+    try:
+        parts = read_parts(path)
+    except Exception as exc:  # any corruption of the stored data is a failed check
+        problems.append(f"cannot read the stored records: {exc!r}")
+        return Verification(path, expected, "unreadable", problems)
+    actual = content_hash(parts, manifest["source"], manifest["build"], clients_sha)
+    if actual != expected:
+        problems.append(f"content hash is {actual}, manifest says {expected}")
+    if manifest.get("version") != version_of(expected):
+        problems.append(f"version {manifest.get('version')!r} does not match the content hash")
+    for part in PARTS:
+        stated = manifest.get("counts", {}).get(part, {}).get("samples")
+        if stated != len(parts[part]):
+            problems.append(f"{part}: manifest counts {stated} samples, found {len(parts[part])}")
+    return Verification(path, expected, actual, problems)

@@ -227,7 +227,7 @@ QUICK_PARAMS: dict[str, dict[str, Any]] = {
 # one conversation a client (5,816 train "users" from 1,055 people; one person held 15 %),
 # so its "user-level" ε was group privacy for most of the data.
 #
-# k is to be selected on validation by the oracle's power (benchmarks/choose_person_cap.py,
+# k is to be selected on validation by the oracle's power (measurements/choose_person_cap.py,
 # caps 4 / 8 / 16 / 32); until its report is committed, 8 is the source's default, not a
 # selection. Text releases are 2,000 texts (PrE-Text's N_syn = 2,048, paper 004 App. D.2).
 BENCH_SPLIT: dict[str, Any] = {}

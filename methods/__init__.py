@@ -1,6 +1,6 @@
 """Method adapters, one module each, registered lazily by name."""
 
-from benchmark.registry import METHODS
+from benchmark.api import METHODS
 
 _BUILTIN_METHODS = {
     "public_only": "methods.bounds:PublicOnly",

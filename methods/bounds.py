@@ -26,12 +26,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmark.artifact import Artifact
-from benchmark.federation.clients import ClientData
-from benchmark.method import Method, MethodContext
-from benchmark.training import (
+from benchmark.api import (
     PUBLIC_START_CONFIGS,
+    Artifact,
+    ClientData,
     FineTune,
+    Method,
+    MethodContext,
     fine_tune,
     public_start,
     validation_texts,

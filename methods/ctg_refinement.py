@@ -27,8 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.federation.clients import ClientBatch
-from benchmark.profiles.base import Embedder
+from benchmark.api import ClientBatch, Embedder
 
 
 def code_index(codes: list[str], label: Any) -> int:

@@ -46,8 +46,7 @@ from typing import Any
 
 import torch
 
-from benchmark.method import MethodContext
-from benchmark.training import PUBLIC_START_CONFIGS
+from benchmark.api import PUBLIC_START_CONFIGS, MethodContext
 from methods.fedlearn import FEDERATED_DEFAULTS, FederatedLM, momentum_step
 
 

@@ -33,10 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.artifact import Artifact
-from benchmark.federation.clients import ClientBatch
-from benchmark.method import Method, MethodContext
-from benchmark.spec import SpecError
+from benchmark.api import Artifact, ClientBatch, Method, MethodContext, SpecError
 from methods.fedlearn import save_model
 
 HALVES = "halves"

@@ -62,9 +62,7 @@ from typing import Any
 
 import torch
 
-from benchmark.method import MethodContext
-from benchmark.spec import SpecError
-from benchmark.training import PUBLIC_START_CONFIGS
+from benchmark.api import PUBLIC_START_CONFIGS, MethodContext, SpecError
 from methods.fedlearn import FEDERATED_DEFAULTS, FederatedLM
 
 CROSS_DEVICE_002: dict[str, Any] = {

@@ -73,14 +73,23 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.artifact import Artifact, ArtifactError, check_tokenizer_name
-from benchmark.data import TEXT
-from benchmark.evaluation.downstream import encode, sequence_losses
-from benchmark.method import MethodContext
-from benchmark.profiles.ondevice_kinds import SmallOnDeviceLM, SmallShape, ondevice_tokenizer
-from benchmark.profiles.teacher_corpus import TeacherCorpus, teacher_corpus
-from benchmark.spec import SpecError
-from benchmark.training import flat_params, load_flat
+from benchmark.api import (
+    TEXT,
+    Artifact,
+    ArtifactError,
+    MethodContext,
+    SmallOnDeviceLM,
+    SmallShape,
+    SpecError,
+    TeacherCorpus,
+    check_tokenizer_name,
+    encode,
+    flat_params,
+    load_flat,
+    ondevice_tokenizer,
+    sequence_losses,
+    teacher_corpus,
+)
 from methods.dp_ftrl import CROSS_DEVICE_002, DPFTRL, tree_schedule
 from methods.fedlearn import FEDERATED_DEFAULTS
 from methods.public_training import PublicTraining, random_fraction, top_fraction, train_public

@@ -78,11 +78,15 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.artifact import Artifact
-from benchmark.method import Method, MethodContext
-from benchmark.profiles.base import SamplingParams
-from benchmark.profiles.candidate_corpus import candidate_request, candidates
-from benchmark.spec import SpecError
+from benchmark.api import (
+    Artifact,
+    Method,
+    MethodContext,
+    SamplingParams,
+    SpecError,
+    candidate_request,
+    candidates,
+)
 from methods.preference_features import (
     Centred,
     ClusterOf,

@@ -100,16 +100,21 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmark.artifact import Artifact
-from benchmark.data import LABEL
-from benchmark.evaluation.model_samples import ancestral_sample
-from benchmark.federation.local_dp_sgd import control_prompt, training_device
-from benchmark.method import Method, MethodContext
-from benchmark.privacy.accountants import analytic_gaussian_sigma
-from benchmark.profiles.base import Embedder
-from benchmark.profiles.seeding import seeded
-from benchmark.spec import SpecError
-from benchmark.training import flat_params, load_flat
+from benchmark.api import (
+    LABEL,
+    Artifact,
+    Embedder,
+    Method,
+    MethodContext,
+    SpecError,
+    analytic_gaussian_sigma,
+    ancestral_sample,
+    control_prompt,
+    flat_params,
+    load_flat,
+    seeded,
+    training_device,
+)
 from methods.ctg_refinement import (
     CodeCounts,
     KNNVotes,
@@ -420,8 +425,7 @@ class FedCTG(Method):
             else:
                 from sentence_transformers import SentenceTransformer
 
-                from benchmark.profiles.embedders import SentenceTransformerEmbedder
-                from benchmark.profiles.hub import from_hub
+                from benchmark.api import SentenceTransformerEmbedder, from_hub
 
                 model = from_hub(SentenceTransformer, name, "main")
                 self._voter = SentenceTransformerEmbedder(model, name)

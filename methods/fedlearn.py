@@ -17,12 +17,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmark.artifact import Artifact
-from benchmark.evaluation.downstream import _pad, encode, evaluate_lm, is_better, model_device
-from benchmark.federation.clients import ClientData
-from benchmark.method import Method, MethodContext
-from benchmark.profiles.base import OnDeviceLM
-from benchmark.training import SELECT_ON, flat_params, load_flat, public_start, validation_texts
+from benchmark.api import (
+    SELECT_ON,
+    Artifact,
+    ClientData,
+    Method,
+    MethodContext,
+    OnDeviceLM,
+    encode,
+    evaluate_lm,
+    flat_params,
+    is_better,
+    load_flat,
+    model_device,
+    pad_right,
+    public_start,
+    validation_texts,
+)
 
 # Shared by DP-FedAvg and DP-FTRL: sequence length 64 (paper 000), validation selection after
 # every round, no cap on samples per client (paper 002 caps at 256).
@@ -91,7 +102,7 @@ class ClientTrainer:
             self.model.train()
             for _ in range(self.cfg.epochs):
                 for batch in torch.randperm(len(seqs)).split(self.cfg.batch_size):
-                    ids, mask = _pad([seqs[i] for i in batch.tolist()], device)
+                    ids, mask = pad_right([seqs[i] for i in batch.tolist()], device)
                     labels = ids.masked_fill(mask == 0, -100)
                     loss = self.model(input_ids=ids, attention_mask=mask, labels=labels).loss
                     optimiser.zero_grad(set_to_none=True)

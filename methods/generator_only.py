@@ -33,8 +33,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmark.artifact import Artifact
-from benchmark.method import Method, MethodContext
+from benchmark.api import Artifact, Method, MethodContext
 from methods.popri import POPri
 from methods.private_evolution import eligible_public, expand
 from methods.release_sampling import release_sampling

@@ -26,9 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.artifact import Artifact
-from benchmark.federation.clients import ClientData
-from benchmark.method import Method, MethodContext
+from benchmark.api import Artifact, ClientData, Method, MethodContext
 
 
 class Oracle(Method):

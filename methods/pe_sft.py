@@ -55,11 +55,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.artifact import Artifact
-from benchmark.method import MethodContext
-from benchmark.preference_training import SFTConfig, train_completions
-from benchmark.profiles.base import Generator
-from benchmark.profiles.seeding import seeded
+from benchmark.api import Artifact, Generator, MethodContext, SFTConfig, seeded, train_completions
 from methods.lora import lora_config, trainable_flags_kept
 from methods.private_evolution import (
     PE_CPU,

@@ -90,13 +90,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmark.artifact import Artifact
-from benchmark.data import TEXT
-from benchmark.evaluation.fid import fid_from_features
-from benchmark.evaluation.sampling import shuffled_subset
-from benchmark.method import Method, MethodContext
-from benchmark.profiles.base import Generator, SamplingParams
-from benchmark.profiles.hf_generator import context_length
+from benchmark.api import (
+    TEXT,
+    Artifact,
+    Generator,
+    Method,
+    MethodContext,
+    SamplingParams,
+    context_length,
+    fid_from_features,
+    shuffled_subset,
+)
 from methods.lora import lora_config, trainable_flags_kept
 from methods.popri_scoring import SimilarityScorer, preference_indices
 from methods.private_evolution import eligible_public, expand, few_shot_prompt, parse_generated
@@ -191,7 +195,7 @@ _PAPER = {
 # B.1's two for that reason, which leaves checkpoint selection across rounds. The learning
 # rate is large enough for a few LoRA steps per round to move the policy (8e-7 is tuned for
 # thousands of steps on LLaMA-3-8B). Scores are Alg. 4's (no standardisation), as ``paper``:
-# measured on the bench split (benchmarks/popri_standardisation.py: 5,816 clients, T = 3,
+# measured on the bench split (measurements/popri_standardisation.py: 5,816 clients, T = 3,
 # K × J = 24 × 10 groups of near-neighbour public texts), the noisy ranking keeps the
 # noise-free chosen sample 91.1 % of the time at ε = 1 and 98.6 % at ε = 7; z-scoring gives
 # 93.1 % and 98.6 %, every noisy pair is ordered right under either rule (≥ 99.9 %), and the

@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmark.federation.clients import ClientBatch, ClientData
-from benchmark.profiles.base import Embedder
+from benchmark.api import ClientBatch, ClientData, Embedder
 
 
 def unit_rows(x: np.ndarray) -> np.ndarray:

@@ -45,8 +45,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmark.artifact import Artifact
-from benchmark.method import MethodContext
+from benchmark.api import Artifact, MethodContext
 from methods.private_evolution import PE_CPU, PE_PAPER, PE_TINY, PrivateEvolution, expand
 from methods.release_sampling import RELEASE_SAMPLING, release_sampling
 

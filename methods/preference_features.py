@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchmark.federation.clients import ClientBatch, ClientData
-from benchmark.profiles.base import Embedder
+from benchmark.api import ClientBatch, ClientData, Embedder
 
 # Projected rows at most this long are dropped (the released code's ``norm <= 1e-8``).
 ZERO_NORM = 1e-8

@@ -76,10 +76,17 @@ from typing import Any
 
 import numpy as np
 
-from benchmark.data import TEXT
-from benchmark.federation.clients import ClientBatch, ClientData
-from benchmark.method import Method, MethodContext
-from benchmark.profiles.base import Embedder, Generator, ModelProfile, SamplingParams
+from benchmark.api import (
+    TEXT,
+    ClientBatch,
+    ClientData,
+    Embedder,
+    Generator,
+    Method,
+    MethodContext,
+    ModelProfile,
+    SamplingParams,
+)
 
 CLIP_NORM = 1.0  # each client's vote vector has L2 norm 1 (user-level sensitivity)
 NN_BLOCK_ROWS = 4096  # private samples per block of the nearest-neighbour matrix product
@@ -117,7 +124,7 @@ PE_PAPER = {
 # (the last round N_syn × W_steps × lookahead), 1,280 in all; the cpu profile's causal span
 # filler (SmolLM2) measured ~1 text/s on the shared 2 cores at batch 8 in fp32, and 1.40
 # texts/s on one thread at batch 32 under bf16 autocast (0.53 before;
-# benchmarks/bench_generation.py), so fills, not the histogram, bound the cpu budget.
+# measurements/bench_generation.py), so fills, not the histogram, bound the cpu budget.
 # Measured at this population (chitchat, MiniLM, ε = 1, δ = 1e-5, T = 3, N_syn = 256,
 # public texts as the population): the noisy thresholded histogram correlates 0.98 with the
 # noise-free one and ~245 of 256 samples survive H, so client-level normalisation does not

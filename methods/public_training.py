@@ -22,9 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmark.evaluation.downstream import _pad, model_device
-from benchmark.profiles.seeding import seeded
-from benchmark.profiles.teacher_corpus import TeacherCorpus
+from benchmark.api import TeacherCorpus, model_device, pad_right, seeded
 
 
 @dataclass(frozen=True)
@@ -101,7 +99,7 @@ def train_public(
                 if step == cfg.steps:
                     break
                 chosen = [rows[i] for i in batch.tolist()]
-                ids, mask = _pad([seqs[r] for r in chosen], device)
+                ids, mask = pad_right([seqs[r] for r in chosen], device)
                 labels = ids.masked_fill(mask == 0, -100)
                 out = model(input_ids=ids, attention_mask=mask, labels=labels)
                 loss, kd = out.loss, torch.zeros(())

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmark.profiles.base import SamplingParams
+from benchmark.api import SamplingParams
 
 RELEASE_SAMPLING = {"release_temperature": 1.0, "release_top_p": 1.0}
 

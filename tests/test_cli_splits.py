@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from benchmark import split_storage
-from benchmark.cli.splits import splits_group
+from datasets_builders.cli import splits_group
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,7 @@ from collections import Counter
 import pytest
 
 from benchmark.data import PARTS
-from benchmark.split_manifest import verify
-from benchmark.split_storage import load_split
+from benchmark.split_storage import load_split, verify
 from datasets_builders.pipeline import SplitError, build_split, load_tokenizer, options_for
 from datasets_builders.sources.kjv import PUBLIC_BOOKS, KJVSource
 

@@ -10,7 +10,8 @@ import pytest
 from toy_source import ToySource, make_records
 
 from benchmark import split_storage
-from benchmark.split_manifest import content_hash, unit_statement, verify, version_of
+from benchmark.split_manifest import content_hash, unit_statement, version_of
+from benchmark.split_storage import verify
 from datasets_builders.pipeline import SplitOptions, build_split
 
 OPTIONS = dict(span_length=None, partition="natural", validation_clients=0.2, test_clients=0.2)

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from benchmark.cli.suite import parse_grid
+from leaderboard.cli.suite import parse_grid
 from leaderboard.selection import best_index, grid_points
 from leaderboard.signing import host_key, sign_entry
 from leaderboard.store import record_files

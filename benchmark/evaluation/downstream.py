@@ -80,7 +80,7 @@ def encode(tokenizer: Any, texts: list[str], max_length: int) -> list[list[int]]
     return [list(ids) for ids in enc["input_ids"]]
 
 
-def _pad(seqs: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_right(seqs: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad to the longest sequence; padded positions have mask 0 (their id is unused)."""
     width = max(len(s) for s in seqs)
     ids = torch.zeros((len(seqs), width), dtype=torch.long)
@@ -114,7 +114,7 @@ def token_stats(
     with torch.inference_mode():
         for local in _length_sorted_batches([seqs[i] for i in usable], batch_size):
             rows = [usable[i] for i in local]
-            ids, mask = _pad([seqs[i] for i in rows], device)
+            ids, mask = pad_right([seqs[i] for i in rows], device)
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
             targets, valid = ids[:, 1:], mask[:, 1:].bool()
             row_of = torch.arange(len(rows), device=device).unsqueeze(1).expand_as(targets)[valid]
@@ -248,7 +248,7 @@ def train_lm(
         for epoch in range(1, epochs + 1):
             batches = torch.randperm(len(seqs), generator=order_rng).split(batch_size)
             for batch in progress(batches, f"train epoch {epoch}/{epochs}", unit="step"):
-                ids, mask = _pad([seqs[i] for i in batch.tolist()], device)
+                ids, mask = pad_right([seqs[i] for i in batch.tolist()], device)
                 labels = ids.masked_fill(mask == 0, -100)
                 loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
                 optimiser.zero_grad(set_to_none=True)

@@ -24,7 +24,7 @@ import torch
 
 from benchmark.artifact import Artifact
 from benchmark.evaluation.base import EvalContext, Metric, MetricNotApplicable
-from benchmark.evaluation.downstream import _length_sorted_batches, _pad, encode, model_device
+from benchmark.evaluation.downstream import _length_sorted_batches, encode, model_device, pad_right
 
 
 class InVocabAccuracy(Metric):
@@ -80,7 +80,7 @@ def _greedy_predictions(
     with torch.inference_mode():
         for local in _length_sorted_batches([seqs[i] for i in usable], batch_size):
             rows = [usable[i] for i in local]
-            ids, mask = _pad([seqs[i] for i in rows], device)
+            ids, mask = pad_right([seqs[i] for i in rows], device)
             argmax = model(input_ids=ids, attention_mask=mask).logits[:, :-1].argmax(-1).cpu()
             for j, row in enumerate(rows):
                 predicted[row] = argmax[j, : len(seqs[row]) - 1].numpy()

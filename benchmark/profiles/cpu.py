@@ -79,7 +79,7 @@ GEMMA = PackagedGenerator(
 def _hf_generator(packaged: PackagedGenerator) -> HFGenerator:
     model, tokenizer = packaged.load()
     # Batch 64: decode steps are small matmuls, so rows come almost free up to here
-    # (benchmarks/bench_generation.py: ~1.4x the texts/s of batch 32, none more at 128).
+    # (measurements/bench_generation.py: ~1.4x the texts/s of batch 32, none more at 128).
     return HFGenerator(model, tokenizer, packaged.label, batch_size=64, fast_sampling=True)
 
 
@@ -116,7 +116,7 @@ class CpuProfile(ModelProfile):
     @cached_property
     def _filler(self) -> CausalSpanFiller:
         # batch 32: a batch feeds one forward per masked column of any of its texts, so the
-        # number of forwards hardly grows with the batch (benchmarks/bench_generation.py)
+        # number of forwards hardly grows with the batch (measurements/bench_generation.py)
         return CausalSpanFiller(
             self._generator,
             instruction=self.writer.fill_instruction,

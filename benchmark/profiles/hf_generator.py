@@ -18,7 +18,7 @@ Choices (the papers do not fix them):
 - ``fast_sampling``: sampling (never scoring or training; ``generate`` and the span filler,
   through :meth:`HFGenerator.sampling_context`) runs under bf16 autocast when
   the CPU has native bf16 matrix kernels (AVX512-BF16 / AMX; oneDNN says so). Measured on
-  the 2-core AMD EPYC of this project (``benchmarks/bench_generation.py``, 3-shot prompts,
+  the 2-core AMD EPYC of this project (``measurements/bench_generation.py``, 3-shot prompts,
   batch 32): fp32 1.50 texts/s, bf16 autocast 3.03 texts/s; fp32 matmul 201 GFLOP/s vs
   bf16 827 GFLOP/s. Autocast keeps the fp32 weights untouched (LoRA / DPO train on them)
   and casts per matmul. On a CPU without native bf16 it would be slower, so it stays fp32
@@ -26,7 +26,7 @@ Choices (the papers do not fix them):
 - ``output_ids`` (a speed route, off unless given): ``generate`` samples only among these
   token ids, from the model's distribution renormalised over them; the LM head is applied
   to their rows only (Gemma 3 270M's 262k-entry head is 63 % of its parameters and of a
-  decode step's multiply-adds; ``benchmarks/bench_generation.py --output-vocab``).
+  decode step's multiply-adds; ``measurements/bench_generation.py --output-vocab``).
   Scoring (``logprobs``) and the span filler always use the whole vocabulary.
 """
 

@@ -92,7 +92,7 @@ def teacher_corpus(
 def _compute(
     llm: OnDeviceLM, texts: list[str], max_length: int, top_k: int, batch_size: int
 ) -> TeacherCorpus:
-    from benchmark.evaluation.downstream import _length_sorted_batches, _pad, encode
+    from benchmark.evaluation.downstream import _length_sorted_batches, encode, pad_right
     from benchmark.progress import progress
 
     model = llm.new_model(0)
@@ -110,7 +110,7 @@ def _compute(
     with torch.inference_mode():
         for local in progress(batches, "teacher pass", unit="batch"):
             rows = [usable[i] for i in local]
-            ids, mask = _pad([seqs[i] for i in rows], device)
+            ids, mask = pad_right([seqs[i] for i in rows], device)
             # a padded output layer has rows past the tokenizer: never a student's token
             logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1, :vocab].float()
             logp = logits.log_softmax(-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)

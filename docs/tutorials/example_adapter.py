@@ -10,9 +10,7 @@ top public texts by noisy vote are released as the synthetic set. One release, u
 
 import numpy as np
 
-from benchmark.artifact import Artifact
-from benchmark.method import Method
-from benchmark.registry import METHODS
+from benchmark.api import METHODS, Artifact, Method
 
 
 @METHODS.register("example_public_selection")  # the file must register exactly one method

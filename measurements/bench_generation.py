@@ -9,7 +9,7 @@ batch sizes, torch thread counts and sampling precisions (fp32, and bf16 autocas
 CPU has native bf16 kernels), so that a change to the sampling path is judged as a ratio on
 the same machine and the same run.
 
-    python benchmarks/bench_generation.py [--profile cpu cpu-gemma] [--texts 32]
+    python measurements/bench_generation.py [--profile cpu cpu-gemma] [--texts 32]
         [--batch 8 16 32] [--threads 2] [--precision fp32 bf16-autocast] [--filler]
         [--reference] [--output-vocab]
 

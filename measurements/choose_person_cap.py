@@ -9,7 +9,7 @@ the bench's downstream protocol) and reports the oracle's validation gain over p
 The smallest k within ``--tolerance`` of the best gain is selected: a tighter bound on each
 person at the same power. No test number is read.
 
-    python benchmarks/choose_person_cap.py --caps 4,8,16,32 --out docs/measurements/person_cap.json
+Run: ``python measurements/choose_person_cap.py --caps 4,8,16,32 --out person_cap.json``
 """
 
 from __future__ import annotations

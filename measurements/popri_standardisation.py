@@ -24,7 +24,7 @@ harm, under the other whether the two rules prefer the same samples); the within
 spread of the noise-free scores over σ; and the noise-free agreement of the two rules'
 chosen samples. Means over ``--sample-sets`` × ``--noise-draws``.
 
-Run: ``.venv/bin/python benchmarks/popri_standardisation.py --split DIR [--profile cpu]
+Run: ``.venv/bin/python measurements/popri_standardisation.py --split DIR [--profile cpu]
 [--epsilon 1 7] [--json out.json]`` (the bench split: ``fedsynth splits build chitchat
 --option cap=1`` or the suite's own split directory).
 """

@@ -9,7 +9,7 @@ Measured:
   (read the package file, clean, partition, chunk, cap, hash, save, mark complete);
 - ``build_warm``: the same build again, reading the records cache (a resumed build).
 
-Run: ``.venv/bin/python benchmarks/bench_chunking.py [--repeats 3] [--json out.json]``.
+Run: ``.venv/bin/python measurements/bench_chunking.py [--repeats 3] [--json out.json]``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ generator, MiniLM embedder), one thread unless ``--threads``:
 - alignment: one SFT + DPO step of a batch of pairs (the evaluator's downstream);
 - DPPrefSyn: embedding the private tuples, and sampling candidates per public prompt.
 
-    python benchmarks/paper003_costs.py --split data/splits/chitchat-prefs --examples 8
+    python measurements/paper003_costs.py --split data/splits/chitchat-prefs --examples 8
 
 Run it on a quiet machine; it prints seconds per unit and the implied time of one run.
 """

@@ -6,7 +6,7 @@ all-MiniLM-L6-v2, re-reads one set through the embedding cache, then computes FI
 times one epoch of downstream training of the ``cpu`` on-device LM on K ~64-token KJV spans
 and one evaluation pass on K/8 spans, the budget of the KJV anchors.
 
-Run: ``.venv/bin/python benchmarks/bench_metrics.py [--n 10000] [--downstream-spans 3000]``
+Run: ``.venv/bin/python measurements/bench_metrics.py [--n 10000] [--downstream-spans 3000]``
 """
 
 from __future__ import annotations

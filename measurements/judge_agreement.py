@@ -21,7 +21,7 @@ judge                      agreement  time
 (standard error ≈ 2.9 points each; ``loglik`` ran beside the test suite, so its time is
 inflated.) Hence ``leaderboard.suites.PREFERENCE_JUDGE``.
 
-Run: ``.venv/bin/python benchmarks/judge_agreement.py [--part public] [--n 300]``.
+Run: ``.venv/bin/python measurements/judge_agreement.py [--part public] [--n 300]``.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ coordinator copies out block by block (~32 MB), clipping and summing each, then 
 ``warm_round_s`` then includes every hop; the client function's own time is not visible
 from the coordinator (``nan``).
 
-Run: ``.venv/bin/python benchmarks/bench_popri_scoring.py [--isolated] [--json out.json]``.
+Run: ``.venv/bin/python measurements/bench_popri_scoring.py [--isolated] [--json out.json]``.
 """
 
 from __future__ import annotations

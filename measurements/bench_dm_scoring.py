@@ -14,7 +14,7 @@ part (the corpus of the ``paper002`` suite) at the ``cpu`` config:
 The on-device models are freshly initialised: the cost does not depend on their weights.
 Threads: ``torch.get_num_threads()`` as set by ``OMP_NUM_THREADS`` (reported).
 
-Run: ``.venv/bin/python benchmarks/bench_dm_scoring.py [--splits DIR] [--json out.json]``.
+Run: ``.venv/bin/python measurements/bench_dm_scoring.py [--splits DIR] [--json out.json]``.
 """
 
 from __future__ import annotations

@@ -219,7 +219,7 @@ def show(path: str, as_json: bool) -> None:
 @_friendly
 def verify_command(path: str) -> None:
     """Recompute the content hash of the split at PATH; fail on any mismatch."""
-    from benchmark.split_manifest import verify
+    from benchmark.split_storage import verify
 
     result = verify(path)
     if not result.ok:
