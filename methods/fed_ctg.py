@@ -246,6 +246,7 @@ class FedCTG(Method):
     name = "fed_ctg"
     artifact_kind = "labelled_texts"
     privacy_units = ("client_sample",)
+    models = ("conditional_lm", "embedder")
     configs = {profile: {**_COMMON, **values} for profile, values in _CONFIGS.items()}
 
     def __init__(self, config: dict[str, Any]) -> None:
