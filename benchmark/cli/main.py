@@ -9,6 +9,7 @@ import click
 
 from benchmark.cli.catalog import datasets_group, methods_group
 from benchmark.cli.leaderboard import leaderboard_group
+from benchmark.cli.models import models_group
 from benchmark.cli.privacy import privacy_group
 from benchmark.cli.run import run_command
 from benchmark.cli.splits import splits_group
@@ -57,3 +58,4 @@ cli.add_command(privacy_group)
 cli.add_command(quickstart)
 cli.add_command(submit)
 cli.add_command(suite_group)
+cli.add_command(models_group)
