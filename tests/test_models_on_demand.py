@@ -164,7 +164,7 @@ class FakeHub:
         self.downloads: list[tuple[str, list[str]]] = []
 
     def files(self, model_id, revision):
-        return PAPER_REPO
+        return {name: 10**9 * (i + 1) for i, name in enumerate(PAPER_REPO)}
 
     def download(self, model_id, revision, files):
         if model_id in self.refuse:
@@ -206,6 +206,8 @@ def test_models_fetch_downloads_what_the_methods_need_once(fake_hub):
         "distilbert/distilgpt2",
     ]
     assert all("original/consolidated.00.pth" not in files for _, files in fake_hub.downloads)
+    # the wanted files' sizes only: entries 1-7 and 12 of PAPER_REPO, 1 GB x position
+    assert "fetched meta-llama/Meta-Llama-3-8B@main: 40.00 GB" in first.output
     again = CliRunner().invoke(cli, args)
     assert again.exit_code == 0 and len(fake_hub.downloads) == 3  # cached: not fetched again
     assert "Meta-Llama-3-8B@main (generator): cached" in again.output

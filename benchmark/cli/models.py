@@ -82,6 +82,6 @@ def fetch_models(profile: str, methods: str | None, suite_name: str | None, chec
             fetched = fetch(models)
         except ModelUnavailableError as exc:
             raise click.ClickException(str(exc)) from exc
-        for model in fetched:
-            click.echo(f"fetched {model.model_id}@{model.revision}")
+        for model, size in fetched.items():
+            click.echo(f"fetched {model.model_id}@{model.revision}: {size / 1e9:.2f} GB")
     click.echo(f"profile {profile}: {len(models)} hub model(s), all in the local cache")

@@ -37,7 +37,8 @@ class HubModel:
 class HubClient(Protocol):
     """What fetching needs of the hub (tests pass a fake; nothing here opens a socket)."""
 
-    def files(self, model_id: str, revision: str) -> list[str]: ...
+    def files(self, model_id: str, revision: str) -> dict[str, int]:
+        """The repository's files at ``revision`` and their sizes in bytes."""
 
     def download(self, model_id: str, revision: str, files: list[str]) -> str: ...
 
@@ -45,10 +46,11 @@ class HubClient(Protocol):
 class HuggingFaceHub:
     """The real hub, through ``huggingface_hub`` (into ``HF_HOME``'s cache)."""
 
-    def files(self, model_id: str, revision: str) -> list[str]:
+    def files(self, model_id: str, revision: str) -> dict[str, int]:
         from huggingface_hub import HfApi
 
-        return list(HfApi().list_repo_files(model_id, revision=revision))
+        info = HfApi().model_info(model_id, revision=revision, files_metadata=True)
+        return {f.rfilename: int(f.size or 0) for f in info.siblings or []}
 
     def download(self, model_id: str, revision: str, files: list[str]) -> str:
         from huggingface_hub import snapshot_download
@@ -91,20 +93,25 @@ def missing(models: Iterable[HubModel]) -> list[HubModel]:
     return [m for m in models if not is_cached(m.model_id, m.revision)]
 
 
-def fetch(models: Iterable[HubModel], client: HubClient | None = None) -> list[HubModel]:
+def fetch(models: Iterable[HubModel], client: HubClient | None = None) -> dict[HubModel, int]:
     """Download every model of ``models`` missing from the local cache; returns those
-    fetched. Offline (``HF_HUB_OFFLINE=1``) nothing is downloaded. Every model still
-    missing afterwards is named in one :class:`FetchError`, with why."""
+    fetched, with the bytes of each on the hub. Offline (``HF_HUB_OFFLINE=1``) nothing is
+    downloaded. Every model still missing afterwards is named in one :class:`FetchError`,
+    with why."""
     absent = missing(models)
     if not absent:
-        return []
+        return {}
     if hub_offline():
         raise _error({m: "not in the local cache and HF_HUB_OFFLINE=1" for m in absent})
     hub = client or HuggingFaceHub()
     failed: dict[HubModel, str] = {}
+    fetched: dict[HubModel, int] = {}
     for model in absent:
         try:
-            hub.download(model.model_id, model.revision, wanted_files(hub.files(*_at(model))))
+            sizes = hub.files(model.model_id, model.revision)
+            wanted = wanted_files(sizes)
+            hub.download(model.model_id, model.revision, wanted)
+            fetched[model] = sum(sizes[name] for name in wanted)
         except Exception as exc:  # any failure (auth, gated, network) is reported by name
             failed[model] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
             continue
@@ -112,11 +119,7 @@ def fetch(models: Iterable[HubModel], client: HubClient | None = None) -> list[H
             failed[model] = "downloaded, but its config.json is not in the cache"
     if failed:
         raise _error(failed)
-    return absent
-
-
-def _at(model: HubModel) -> tuple[str, str]:
-    return model.model_id, model.revision
+    return fetched
 
 
 def _error(failed: dict[HubModel, str]) -> FetchError:
