@@ -14,7 +14,11 @@ paper does not state is chosen, not copied, and said so:
 - the downstream recipe is App. D's (80 epochs, batch 160, lr 2e-4); the text releases
   are each method's ``paper`` release size (POPri's 1,000,000 samples by its config);
 - the splits keep the redistributable licences (the sources' default; POPri kept all five
-  CC variants, pass ``licences`` in the source options for that).
+  CC variants, pass ``licences`` in the source options for that);
+- a client is a person, so that user-level ε is a person's (the project's rule, issue 32):
+  on bioRxiv one corresponding author with all their abstracts, where paper 000 made each
+  abstract a client; on Congress one speaker (the source's default), where it made each
+  speech one.
 
 ``fedsynth suite run paper000-biorxiv --plan`` prints the runs, the models each loads
 (and whether they are cached) and the hours the cited rates give (:mod:`.suite_plan`).
@@ -23,7 +27,7 @@ paper does not state is chosen, not copied, and said so:
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from leaderboard.suites import Suite
@@ -53,6 +57,13 @@ PAPER000_SAMPLING_GRID = {
 PAPER000_DOWNSTREAM = {"epochs": 80, "batch_size": 160, "lr": 2e-4, "max_length": 64}
 
 
+# The split options of each source: its paper recipe (split_defaults), a person a client.
+PAPER000_SPLITS: dict[str, dict[str, Any]] = {
+    "biorxiv": {"source_options": {"client_by": "author_corresponding"}},
+    "congress": {},
+}
+
+
 def paper000_suite(source: str) -> Suite:
     """Paper 000 Table 1's grid on ``source`` (``biorxiv`` or ``congress``)."""
     from leaderboard.suites import BENCH_METRICS, Suite, paper000_view
@@ -60,7 +71,7 @@ def paper000_suite(source: str) -> Suite:
     base = Suite(
         name=f"paper000-{source}",
         source=source,
-        split_options={},  # the source's paper recipe (split_defaults)
+        split_options=PAPER000_SPLITS[source],
         profile="paper",
         epsilons=(1.0, 7.0),
         delta=3e-6,
@@ -80,5 +91,5 @@ def paper000_suite(source: str) -> Suite:
 
 def paper_suites() -> dict[str, Suite]:
     """Every paper-profile suite by name."""
-    suites = [paper000_suite("biorxiv"), paper000_suite("congress")]
+    suites = [paper000_suite(source) for source in PAPER000_SPLITS]
     return {s.name: s for s in suites}
