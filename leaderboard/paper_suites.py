@@ -20,12 +20,17 @@ paper does not state is chosen, not copied, and said so:
   abstract a client; on Congress one speaker (the source's default), where it made each
   speech one.
 
+``paper003-oasst1`` is paper 003 (DPPrefSyn) Table 1's OpenAssistant grid
+(:func:`paper003_suite` says what is chosen). Papers 001, 002 and 004 have no suite here
+yet.
+
 ``fedsynth suite run paper000-biorxiv --plan`` prints the runs, the models each loads
 (and whether they are cached) and the hours the cited rates give (:mod:`.suite_plan`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -89,7 +94,42 @@ def paper000_suite(source: str) -> Suite:
     return replace(paper000_view(base), name=base.name)  # the generic start, paper 000's
 
 
+def paper003_suite() -> Suite:
+    """Paper 003 (DPPrefSyn) Table 1's OpenAssistant grid: the ε = 0 base model, DPPrefSyn
+    and DP-FT at ε ∈ {0.5, 1, 2, 4, 8} and ∞, one preference tuple the privacy unit, five
+    seeds (§5: "mean and standard deviation over 5 random seeds"), Pythia-2.8B aligned by
+    SFT + DPO with the paper's defaults (``AlignmentConfig``). Chosen, not the paper's:
+    δ = 1e-6, below 1/N (the paper's δ = 1/N is refused by the runner: at δ ≥ 1/N
+    publishing one unit verbatim is DP), and the offline PMI judge and the metrics'
+    default sizes in place of GPT-4o (not comparable with the paper's win rates)."""
+    from leaderboard.suites import (
+        CANARY_AUDIT,
+        PREFERENCE_JUDGE,
+        PREFERENCE_METHODS,
+        PREFERENCE_PRIVACY,
+        Suite,
+    )
+
+    return Suite(
+        name="paper003-oasst1",
+        source="oasst1",
+        split_options={},  # the source's recipe: one tuple a client, the paper's test tuples
+        profile="paper",
+        epsilons=(0.5, 1.0, 2.0, 4.0, 8.0, math.inf),
+        delta=1e-6,
+        seeds=(0, 1, 2, 3, 4),
+        metrics=(
+            {"name": "win_rate", "settings": {"judge": PREFERENCE_JUDGE}},
+            {"name": "reward_accuracy", "settings": {}},
+            {"name": "premia", "settings": {}},
+            CANARY_AUDIT,
+        ),
+        methods=PREFERENCE_METHODS,
+        method_privacy=PREFERENCE_PRIVACY,
+    )
+
+
 def paper_suites() -> dict[str, Suite]:
     """Every paper-profile suite by name."""
-    suites = [paper000_suite(source) for source in PAPER000_SPLITS]
+    suites = [*(paper000_suite(source) for source in PAPER000_SPLITS), paper003_suite()]
     return {s.name: s for s in suites}
