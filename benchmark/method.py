@@ -112,6 +112,12 @@ class Method(ABC):
             )
         return {**defaults, **params}
 
+    @classmethod
+    def hub_ids(cls, config: dict[str, Any]) -> tuple[str, ...]:
+        """Hub models the method loads by id under ``config``, not through a profile role
+        (e.g. a configured encoder): fetched with its roles before its sandbox starts."""
+        return ()
+
     def require_counts(self, *keys: str) -> None:
         """Each param in ``keys`` is an integer >= 1 (a bool is not)."""
         for key in keys:

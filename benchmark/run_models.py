@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from benchmark.profiles.base import ModelProfile
-from benchmark.profiles.hub_fetch import HubModel
+from benchmark.profiles.hub_fetch import HubModel, merged
 from benchmark.profiles.roles import check_roles
 from benchmark.registry import METHODS
 
@@ -27,9 +27,19 @@ def run_roles(method: str, metrics: Sequence[dict[str, Any]]) -> tuple[str, ...]
     return check_roles((*method_cls.models, *evaluated), f"{method}.models")
 
 
-def grid_hub_models(
-    profile: ModelProfile, runs: Iterable[tuple[str, Sequence[dict[str, Any]]]]
+def run_hub_models(
+    profile: ModelProfile, method: str, metrics: Sequence[dict[str, Any]], params: dict[str, Any]
 ) -> list[HubModel]:
-    """The hub snapshots of every (method, metrics) run of a grid, each listed once."""
-    roles = {role for method, metrics in runs for role in run_roles(method, metrics)}
-    return profile.hub_models(roles)
+    """The hub snapshots one run loads: its roles' on ``profile``, and those its method
+    loads by id under its resolved config (``params`` over the profile's defaults)."""
+    method_cls = METHODS.get(method)
+    config = method_cls.resolve_config(profile.name, params)
+    by_id = [HubModel(i, "main", (method,)) for i in method_cls.hub_ids(config)]
+    return merged([*profile.hub_models(run_roles(method, metrics)), *by_id])
+
+
+def grid_hub_models(
+    profile: ModelProfile, runs: Iterable[tuple[str, Sequence[dict[str, Any]], dict[str, Any]]]
+) -> list[HubModel]:
+    """The hub snapshots of every (method, metrics, params) run of a grid, each once."""
+    return merged(m for run in runs for m in run_hub_models(profile, *run))

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmark.profiles.base import ModelProfile
+from benchmark.profiles.hub_fetch import HubModel
 from leaderboard.suites import Suite
 
 PAPER000_TABLE2 = (
@@ -46,6 +48,7 @@ COHORT_KEYS = ("clients_per_round", "cohort_size")
 class RunPlan:
     label: str
     roles: tuple[str, ...]
+    models: list[HubModel]  # the hub snapshots of its roles and those its method loads by id
     rounds_hours: float | None  # None: no rate, or the client part needs the client count
     server_hours: float | None  # the server part alone (known without the client count)
     rate: Rate | None
@@ -68,33 +71,40 @@ def clients_per_round(config: dict[str, Any], clients: int | None) -> float | No
     return None if clients is None else float(config.get("sample_rate", 1.0)) * clients
 
 
-def plan_run(suite: Suite, method: str, epsilon: float, seed: int, clients: int | None) -> RunPlan:
+def plan_run(
+    suite: Suite,
+    profile: ModelProfile,
+    cell: tuple[str, float, int],
+    clients: int | None,
+) -> RunPlan:
     from benchmark.registry import METHODS
-    from benchmark.run_models import run_roles
+    from benchmark.run_models import run_hub_models, run_roles
 
+    method, epsilon, seed = cell
     label = f"{method} ε={epsilon:g} seed={seed}"
     roles = run_roles(method, suite.metrics)
+    params = suite.spec(method, epsilon, seed, Path("unused")).method.params
+    models = run_hub_models(profile, method, suite.metrics, params)
     rate = RATES.get((suite.profile, method))
     if rate is None:
-        return RunPlan(label, roles, None, None, None)
-    params = suite.spec(method, epsilon, seed, Path("unused")).method.params
+        return RunPlan(label, roles, models, None, None, None)
     config = METHODS.get(method).resolve_config(suite.profile, params)
     rounds = next(config[k] for k in ROUNDS_KEYS if k in config)
     server = rounds * rate.server_seconds / 3600
     cohort = clients_per_round(config, clients)
     total = None if cohort is None else server + rounds * cohort * rate.client_seconds / 3600
-    return RunPlan(label, roles, total, server, rate)
+    return RunPlan(label, roles, models, total, server, rate)
 
 
 def plan_lines(suite: Suite, methods: Sequence[str] | None, splits_root: Path) -> list[str]:
     """The plan as printed: runs, models, hours, and where each rate comes from."""
     from benchmark.profiles import new_profile
-    from benchmark.profiles.hub_fetch import missing
+    from benchmark.profiles.hub_fetch import merged, missing
 
     clients = train_clients(suite, splits_root)
-    runs = [plan_run(suite, *cell, clients) for cell in suite.grid(methods)]
     profile = new_profile(suite.profile)
-    models = profile.hub_models({r for run in runs for r in run.roles})
+    runs = [plan_run(suite, profile, cell, clients) for cell in suite.grid(methods)]
+    models = merged(m for run in runs for m in run.models)
     absent = missing(models)
     lines = [
         f"suite {suite.name}: {len(runs)} runs, profile {suite.profile}, source {suite.source}, "
@@ -106,7 +116,9 @@ def plan_lines(suite: Suite, methods: Sequence[str] | None, splits_root: Path) -
         lines.append("  no hub models (the profile's models ship with the project)")
     lines.append("runs (hours of the method's rounds; its release and the evaluation: unknown):")
     for run in runs:
-        lines.append(f"  {run.label}  models: {', '.join(run.roles) or '-'}  rounds: {_hours(run)}")
+        by_id = [m.model_id for m in run.models if not set(m.roles) <= set(run.roles)]
+        loads = ", ".join([*run.roles, *by_id]) or "-"
+        lines.append(f"  {run.label}  models: {loads}  rounds: {_hours(run)}")
     bounds = [r.server_hours if r.rounds_hours is None else r.rounds_hours for r in runs]
     known = [h for h in bounds if h is not None]
     complete = sum(r.rounds_hours is not None for r in runs)

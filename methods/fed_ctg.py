@@ -413,6 +413,12 @@ class FedCTG(Method):
             labels += [code] * len(generated)
         return {**state, "texts": texts, "labels": labels}
 
+    @classmethod
+    def hub_ids(cls, config: dict[str, Any]) -> tuple[str, ...]:
+        """The vote encoder, when the config names one by hub id (paper: stsb-roberta)."""
+        encoder = config["vote_encoder"]
+        return () if encoder == "profile" else (encoder,)
+
     def _vote_embedder(self, ctx: MethodContext) -> Embedder:
         if self._voter is None:
             name = self.config["vote_encoder"]

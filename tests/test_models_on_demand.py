@@ -15,7 +15,7 @@ import benchmark.profiles
 from benchmark.cli.main import cli
 from benchmark.isolation import client_process, coordinator
 from benchmark.profiles.declared import DeclaredProfile
-from benchmark.profiles.hub_fetch import FetchError, HubModel, fetch, wanted_files
+from benchmark.profiles.hub_fetch import FetchError, HubModel, check_hub_ids, fetch, wanted_files
 from benchmark.profiles.roles import ROLES, UndeclaredModelError, check_roles
 from benchmark.registry import METHODS
 from benchmark.run_models import run_roles
@@ -129,6 +129,16 @@ def test_a_declaration_names_known_roles_only():
         assert sorted(check_roles(declared, name)) == sorted(declared), name
 
 
+def test_a_method_may_declare_hub_models_it_loads_by_id_and_only_as_ids():
+    paper = METHODS.get("fed_ctg").resolve_config("paper", {})
+    assert METHODS.get("fed_ctg").hub_ids(paper) == ("sentence-transformers/stsb-roberta-base-v2",)
+    assert METHODS.get("fed_ctg").hub_ids(METHODS.get("fed_ctg").resolve_config("cpu", {})) == ()
+    assert check_hub_ids(["a/b", "a/b", "Org/m-1.5"], "m") == ("a/b", "Org/m-1.5")
+    for bad in ("../../etc", "a/b/c", "no-org", "a/" + "x" * 200, 7):
+        with pytest.raises(ValueError, match="m.hub_ids: not hub repository ids"):
+            check_hub_ids([bad], "m.hub_ids")
+
+
 def test_a_runs_models_are_its_methods_and_its_metrics_for_that_kind_of_release():
     text_metrics = [{"name": "next_token", "settings": {}}, {"name": "fid", "settings": {}}]
     assert run_roles("popri", text_metrics) == ("generator", "embedder", "ondevice_lm")
@@ -211,6 +221,13 @@ def test_models_fetch_downloads_what_the_methods_need_once(fake_hub):
     again = CliRunner().invoke(cli, args)
     assert again.exit_code == 0 and len(fake_hub.downloads) == 3  # cached: not fetched again
     assert "Meta-Llama-3-8B@main (generator): cached" in again.output
+
+
+def test_models_fetch_gets_what_a_method_loads_by_id(fake_hub):
+    result = CliRunner().invoke(cli, ["models", "fetch", "--methods", "fed_ctg"])
+    assert result.exit_code == 0, result.output
+    assert "sentence-transformers/stsb-roberta-base-v2" in [m for m, _ in fake_hub.downloads]
+    assert "openai-community/gpt2" in [m for m, _ in fake_hub.downloads]  # its conditional LM
 
 
 def test_models_fetch_names_exactly_the_models_it_could_not_get(fake_hub):

@@ -25,16 +25,21 @@ def models_group() -> None:
 
 def grid_runs(
     suite_name: str | None, methods: Sequence[str] | None
-) -> list[tuple[str, list[dict[str, Any]]]]:
-    """(method, metrics) of each method of the grid: a suite's methods and metrics, or
-    ``methods`` (default: every registered one) under every registered metric."""
+) -> list[tuple[str, list[dict[str, Any]], dict[str, Any]]]:
+    """(method, metrics, params) of each run of the grid: a suite's, or ``methods``
+    (default: every registered one) with their defaults under every registered metric."""
     if suite_name is not None:
+        from pathlib import Path
+
         from leaderboard.suites import get_suite
 
         suite = get_suite(suite_name)
-        return [(m, list(suite.metrics)) for m in methods or suite.methods]
+        return [
+            (m, list(suite.metrics), suite.spec(m, eps, seed, Path("unused")).method.params)
+            for m, eps, seed in suite.grid(methods)
+        ]
     metrics = [{"name": name, "settings": {}} for name in METRICS.names()]
-    return [(m, metrics) for m in methods or METHODS.names()]
+    return [(m, metrics, {}) for m in methods or METHODS.names()]
 
 
 def needed(profile: str, suite_name: str | None, methods: Sequence[str] | None) -> list[HubModel]:

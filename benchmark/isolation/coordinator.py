@@ -403,6 +403,7 @@ class IsolatedLaunch:
         self.denied = denied_paths(getattr(split, "manifest", {}), cache_dir())  # its corpus
         self._worker: Any = None
         self.models: tuple[str, ...] = ()  # the method's declared roles, from resolve()
+        self.hub_ids: tuple[str, ...] = ()  # hub models it loads by id, from resolve()
 
     def _init(self, op: str) -> tuple[dict[str, Any], list[bytes]]:
         blobs = []
@@ -418,6 +419,7 @@ class IsolatedLaunch:
     def resolve(self) -> tuple[Any, str]:
         """The resolved spec and the method's role, from a sandboxed describe process."""
         from benchmark.method import ROLES
+        from benchmark.profiles.hub_fetch import check_hub_ids
         from benchmark.profiles.roles import check_roles
         from benchmark.spec import ResolvedSpec, SpecError
 
@@ -437,14 +439,19 @@ class IsolatedLaunch:
             )
         try:
             self.models = check_roles(info["models"], f"{self.spec.method.name}.models")
+            self.hub_ids = check_hub_ids(info["hub_ids"], f"{self.spec.method.name}.hub_ids")
         except ValueError as exc:
             raise SpecError(str(exc)) from exc
         resolved = ResolvedSpec(self.spec, info["config"], self.split.name, self.split.version)
         return resolved, role
 
     def _build_profile_caches(self) -> None:
-        """Resolve the models the method declares (:attr:`benchmark.method.Method.models`),
-        and only those, before its sandbox starts; each (profile, role) once per process."""
+        """Resolve the models the method declares (:attr:`benchmark.method.Method.models`,
+        :meth:`~benchmark.method.Method.hub_ids`), and only those, before its sandbox
+        starts; each (profile, role) once per process."""
+        from benchmark.profiles.hub_fetch import HubModel, fetch
+
+        fetch([HubModel(i, "main", (self.spec.method.name,)) for i in self.hub_ids])
         cold = [r for r in self.models if (self.spec.profile, r) not in _WARM_ROLES]
         if self._by_name and cold:
             from benchmark.profiles import new_profile

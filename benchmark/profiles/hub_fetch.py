@@ -10,6 +10,7 @@ one weight format, safetensors where the repository has them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
@@ -22,9 +23,14 @@ SKIPPED_DIRS = {"original", "onnx", "openvino", "coreml", "flax", "tf", "rust"}
 SKIPPED_SUFFIXES = {".onnx", ".msgpack", ".h5", ".ot", ".pth", ".gguf", ".tflite", ".mlmodel"}
 
 
+# A hub repository id as a method may declare it (data from an untrusted adapter).
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+
+
 @dataclass(frozen=True)
 class HubModel:
-    """One hub snapshot a run needs, and the profile roles it fills."""
+    """One hub snapshot a run needs, and what needs it: the profile roles it fills, or the
+    method that loads it by id."""
 
     model_id: str
     revision: str
@@ -63,12 +69,27 @@ class FetchError(ModelUnavailableError):
     fetched; the message names each one."""
 
 
+def check_hub_ids(ids: Iterable[object], where: str) -> tuple[str, ...]:
+    """``ids`` as hub repository ids (``org/name``), each once; anything else is a
+    ``ValueError`` naming ``where``."""
+    given = list(ids)
+    bad = [i for i in given if not isinstance(i, str) or HUB_ID.fullmatch(i) is None]
+    if bad:
+        raise ValueError(f"{where}: not hub repository ids (org/name): {bad}")
+    return tuple(dict.fromkeys(given))
+
+
 def hub_requests(by_role: dict[str, str], revision: str) -> list[HubModel]:
     """``{role: model id}`` as one request per distinct model, with the roles it fills."""
-    roles: dict[str, list[str]] = {}
-    for role, model_id in by_role.items():
-        roles.setdefault(model_id, []).append(role)
-    return [HubModel(m, revision, tuple(r)) for m, r in roles.items()]
+    return merged(HubModel(model_id, revision, (role,)) for role, model_id in by_role.items())
+
+
+def merged(models: Iterable[HubModel]) -> list[HubModel]:
+    """One request per (model, revision), with everything that needs it, in first-seen order."""
+    needs: dict[tuple[str, str], list[str]] = {}
+    for model in models:
+        needs.setdefault((model.model_id, model.revision), []).extend(model.roles)
+    return [HubModel(m, r, tuple(dict.fromkeys(n))) for (m, r), n in needs.items()]
 
 
 def wanted_files(files: Iterable[str]) -> list[str]:
