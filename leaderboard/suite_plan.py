@@ -5,7 +5,9 @@ Rates are cited, never guessed: :data:`RATES` holds per-round GPU seconds a pape
 measured, by (profile, method), with the setting they were measured on. A part of a run
 with no rate (the release's final generation, the evaluation's fine-tuning, a method no
 paper timed) is printed as ``unknown``, and so is the client part while the split (its
-number of clients) is not built.
+number of clients) is not built. A rate is applied per round as cited, whatever the run's
+own sizes (Table 2's PE generated 1,800 samples a round, paper 000's PrE-Text grid 1,024);
+only the client part scales, linearly, with the clients per round.
 """
 
 from __future__ import annotations
