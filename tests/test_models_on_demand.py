@@ -120,6 +120,23 @@ def test_the_method_process_refuses_a_role_its_method_did_not_declare():
     assert profile.name == inner.name
 
 
+def test_in_its_sandbox_a_method_gets_no_model_it_did_not_declare(tmp_path):
+    import undeclared_models  # noqa: F401  (registers test_undeclared_generator)
+
+    from benchmark.isolation.coordinator import MethodError
+
+    spec = spec_from_dict(
+        {
+            "split": {"path": "unused"},
+            "method": {"name": "test_undeclared_generator", "params": {}},
+            "privacy": {"epsilon": 1.0, "delta": 1e-5},
+            "evaluation": {"metrics": []},
+        }
+    )
+    with pytest.raises(MethodError, match="loads the profile's 'generator', which it does not"):
+        run(spec, runs_root=tmp_path, profile=StubProfile(), split=make_split(), isolated=True)
+
+
 def test_a_declaration_names_known_roles_only():
     assert check_roles(["embedder", "generator", "embedder"], "m") == ("generator", "embedder")
     with pytest.raises(ValueError, match="m.models: unknown model role"):
