@@ -11,7 +11,7 @@ export TOKENIZERS_PARALLELISM := false
 
 BROWSER := /usr/bin/chromium
 
-.PHONY: install run test lint format clean
+.PHONY: install install-gpu run test lint format clean
 
 install: $(STAMP)
 
@@ -22,6 +22,22 @@ $(STAMP): pyproject.toml requirements.txt requirements-nodeps.txt constraints.tx
 	$(PIP) install --no-deps -r requirements-nodeps.txt
 	$(PIP) install --no-deps --no-build-isolation -e .
 	touch $(STAMP)
+
+# A CUDA host (docs/gpu.md): its own venv, so the CPU path above stays as it is. PyPI's
+# torch 2.13.0 for Linux x86_64 is its CUDA build (here it is the local CPU wheel, checked
+# below); the gpu extra adds vLLM. Run with GPU_VENV's fedsynth, no HF_HUB_OFFLINE.
+GPU_VENV := .venv-gpu
+GPU_PIP := $(GPU_VENV)/bin/pip -q --disable-pip-version-check
+install-gpu:
+	test -x $(GPU_VENV)/bin/python || python3.11 -m venv $(GPU_VENV) || python3 -m venv $(GPU_VENV)
+	$(GPU_PIP) install torch==2.13.0
+	$(GPU_VENV)/bin/python -c "import sys, torch; sys.exit(None if torch.version.cuda else \
+		'torch ' + torch.__version__ + ' is a CPU build: install a CUDA build of torch 2.13.0')"
+	$(GPU_PIP) install -c constraints.txt -r requirements.txt
+	$(GPU_PIP) install --no-deps -r requirements-nodeps.txt
+	$(GPU_PIP) install -c constraints.txt --no-build-isolation -e ".[gpu]"
+	$(GPU_VENV)/bin/python -c "import torch, vllm; print('torch', torch.__version__, \
+		'CUDA', torch.version.cuda, 'GPUs', torch.cuda.device_count(), 'vllm', vllm.__version__)"
 
 run: $(STAMP)
 	$(VENV)/bin/fedsynth quickstart

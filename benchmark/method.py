@@ -80,6 +80,11 @@ class Method(ABC):
     ``role`` says how a leaderboard treats the adapter's rows: ``method`` is ranked;
     ``bound`` (ε = 0 public-only, ε = ∞ non-private) anchors the gap-closed scale;
     ``control`` (the oracle) calibrates the instrument and is never ranked.
+
+    ``models`` declares the profile roles (:data:`benchmark.profiles.roles.ROLES`) the
+    method's code and the pool operations it calls load: the coordinator resolves those
+    before the sandboxed method process starts (which has no network and may not write the
+    caches), loads no other, and the method process refuses a role not declared.
     """
 
     name: ClassVar[str]
@@ -87,6 +92,7 @@ class Method(ABC):
     configs: ClassVar[dict[str, dict[str, Any]]]
     privacy_units: ClassVar[tuple[str, ...]] = ("user",)
     role: ClassVar[str] = "method"
+    models: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
@@ -105,6 +111,12 @@ class Method(ABC):
                 f"allowed: {sorted(defaults)}"
             )
         return {**defaults, **params}
+
+    @classmethod
+    def hub_ids(cls, config: dict[str, Any]) -> tuple[str, ...]:
+        """Hub models the method loads by id under ``config``, not through a profile role
+        (e.g. a configured encoder): fetched with its roles before its sandbox starts."""
+        return ()
 
     def require_counts(self, *keys: str) -> None:
         """Each param in ``keys`` is an integer >= 1 (a bool is not)."""

@@ -47,6 +47,7 @@ class PublicOnly(Method):
     role = "bound"
     artifact_kind = "model"
     privacy_units = ("user", "sample", "central")
+    models = ("ondevice_lm",)
     configs = PUBLIC_START_CONFIGS
 
     def num_rounds(self) -> int:
@@ -64,6 +65,7 @@ class NonPrivate(Method):
     role = "bound"
     artifact_kind = "model"
     privacy_units = ("user", "sample", "central")
+    models = ("ondevice_lm",)
     configs = {
         "tiny": {**PUBLIC_START_CONFIGS["tiny"], "epochs": 2, "lr": 2e-3, "batch_size": 16},
         "cpu": {**PUBLIC_START_CONFIGS["cpu"], "epochs": 3, "lr": 1e-3, "batch_size": 32},

@@ -63,6 +63,7 @@ class DPFT(Method):
     name = "dp_ft"
     artifact_kind = "model"
     privacy_units = ("sample",)
+    models = ("preference_policy",)
     configs = {
         "paper": PAPER,
         # cpu: SmolLM2-135M on one core runs ~3 tuples/s per DP-SGD pass; one epoch each

@@ -119,6 +119,7 @@ class DPFTRLDM(DPFTRL):
     """DP-FTRL with public pre-/mid-training, distillation and distribution matching."""
 
     name = "dp_ftrl_dm"
+    models = ("ondevice_lm", "public_llm")
     configs = {
         "tiny": {
             **FEDERATED_DEFAULTS, **SMALL_LM, **PAPER_PUBLIC,

@@ -132,6 +132,7 @@ class DPPrefSyn(Method):
     name = "dpprefsyn"
     artifact_kind = "preferences"
     privacy_units = ("sample",)
+    models = ("preference_embedder", "preference_generator")
     configs = {
         "paper": PAPER,
         # cpu: SmolLM2 writes the candidates; 1,000 public prompts keep generation to

@@ -251,6 +251,7 @@ class FedCTG(Method):
     name = "fed_ctg"
     artifact_kind = "labelled_texts"
     privacy_units = ("client_sample",)
+    models = ("conditional_lm", "embedder")
     configs = {profile: {**_COMMON, **values} for profile, values in _CONFIGS.items()}
 
     def __init__(self, config: dict[str, Any]) -> None:
@@ -416,6 +417,12 @@ class FedCTG(Method):
             texts += generated
             labels += [code] * len(generated)
         return {**state, "texts": texts, "labels": labels}
+
+    @classmethod
+    def hub_ids(cls, config: dict[str, Any]) -> tuple[str, ...]:
+        """The vote encoder, when the config names one by hub id (paper: stsb-roberta)."""
+        encoder = config["vote_encoder"]
+        return () if encoder == "profile" else (encoder,)
 
     def _vote_embedder(self, ctx: MethodContext) -> Embedder:
         if self._voter is None:

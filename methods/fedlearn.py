@@ -135,6 +135,7 @@ class FederatedLM(Method):
     """
 
     artifact_kind = "model"
+    models = ("ondevice_lm",)
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)

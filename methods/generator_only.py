@@ -55,6 +55,7 @@ class GeneratorOnly(Method):
     role = "control"
     artifact_kind = "texts"
     privacy_units = ("user", "sample", "central")
+    models = ("generator",)
     configs = {
         profile: {key: config[key] for key in SHARED_WITH_POPRI}
         for profile, config in POPri.configs.items()

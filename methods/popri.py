@@ -443,6 +443,7 @@ class POPri(Method):
     name = "popri"
     artifact_kind = "texts"
     privacy_units = ("user",)
+    models = ("generator", "embedder")
     configs = {"paper": _PAPER, "cpu": _CPU, "tiny": _TINY}
 
     def __init__(self, config: dict[str, Any]) -> None:

@@ -402,6 +402,8 @@ class PrivateEvolution(Method):
     """Rounds of PE (one round = one PE iteration = one DP release); ``finish`` is the
     adapter's. State: the current population ``S_t`` and the DP seed set with scores."""
 
+    models = ("generator", "embedder", "masked_filler")  # the filler varies; the generator writes
+
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
         self.pe = PEConfig.from_config(config)

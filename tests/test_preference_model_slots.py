@@ -121,7 +121,8 @@ def test_by_default_the_slots_are_the_generator_and_the_embedder():
 
 def test_the_trusted_side_builds_the_preference_slots_caches():
     """A sandboxed method process reads model caches but never writes them, so the harness
-    loads every slot before it starts (on ``paper``: bge-large, Llama-2-7b-chat, Pythia)."""
+    builds the slots a method declares before it starts (on ``paper``: bge-large,
+    Llama-2-7b-chat, Pythia)."""
     calls: list[str] = []
 
     class Counting(TinyProfile):
@@ -129,5 +130,5 @@ def test_the_trusted_side_builds_the_preference_slots_caches():
 
     for slot in SLOTS:
         setattr(Counting, slot, lambda self, slot=slot: calls.append(slot))
-    Counting().build_caches()
+    Counting().build_caches(SLOTS)
     assert sorted(calls) == sorted(SLOTS)

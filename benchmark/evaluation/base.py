@@ -42,6 +42,13 @@ class Metric(ABC):
 
     name: ClassVar[str]
     kinds: ClassVar[tuple[str, ...]] = KINDS  # release kinds the metric can score
+    models: ClassVar[tuple[str, ...]] = ()  # profile roles it loads (benchmark.profiles.roles)
+
+    @classmethod
+    def models_for(cls, kind: str, settings: dict[str, Any]) -> tuple[str, ...]:
+        """The profile roles scoring a ``kind`` release with ``settings`` loads (``fedsynth
+        models fetch`` and the suite plans list them; the evaluator loads on first use)."""
+        return cls.models if kind in cls.kinds else ()
 
     def __init__(self, **settings: Any) -> None:
         self._settings = dict(settings)
@@ -234,6 +241,19 @@ class EvalContext:
     def sampled_count(self, artifact: Artifact) -> int | None:
         texts = self._sampled.get(artifact_key(artifact))
         return None if texts is None else len(texts)
+
+
+def evaluation_models(metrics: list[dict[str, Any]], kind: str) -> tuple[str, ...]:
+    """The profile roles evaluating a ``kind`` release with ``metrics`` (a spec's
+    ``evaluation.metrics``: name and settings) loads."""
+    from benchmark.profiles.roles import check_roles
+
+    roles = [
+        role
+        for m in metrics
+        for role in METRICS.get(m["name"]).models_for(kind, m.get("settings", {}))
+    ]
+    return check_roles(roles, "evaluation.metrics")
 
 
 def evaluate(artifact: Artifact, ctx: EvalContext, metric_specs: list[dict[str, Any]]) -> dict:

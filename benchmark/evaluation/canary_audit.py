@@ -61,6 +61,14 @@ class CanaryAudit(Metric):
     name = "canary"
     kinds = (*DOWNSTREAM_KINDS, "preferences")
 
+    @classmethod
+    def models_for(cls, kind: str, settings: dict[str, Any]) -> tuple[str, ...]:
+        """A preference release's canaries are scored by the policy's margins; the others'
+        by the downstream LM's losses and the embedder's nearest released text."""
+        if kind == "preferences":
+            return ("preference_policy",)
+        return ("ondevice_lm", "embedder") if kind in cls.kinds else ()
+
     def __init__(self, beta: float = BETA) -> None:
         if not 0 < beta < 1:
             raise ValueError(f"canary beta must lie in (0, 1), got {beta!r}")

@@ -57,6 +57,7 @@ class Classification(Metric):
     """
 
     name = "classification"
+    models = ("embedder",)
 
     def __init__(
         self,

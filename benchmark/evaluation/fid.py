@@ -52,6 +52,7 @@ class FID(Metric):
 
     name = "fid"
     kinds = TEXT_KINDS
+    models = ("embedder",)
 
     def __init__(self, max_samples: int = 10_000, reference_part: str = "test") -> None:
         super().__init__(max_samples=max_samples, reference_part=reference_part)

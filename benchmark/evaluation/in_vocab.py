@@ -32,6 +32,7 @@ class InVocabAccuracy(Metric):
 
     name = "in_vocab"
     kinds = ("model",)
+    models = ("ondevice_lm", "public_llm")
 
     def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
         from benchmark.profiles.word_tokenizer import (

@@ -58,6 +58,15 @@ class MAUVE(Metric):
 
     name = "mauve"
     kinds = TEXT_KINDS
+    models = ("embedder",)
+
+    @classmethod
+    def models_for(cls, kind: str, settings: dict[str, Any]) -> tuple[str, ...]:
+        """The embedder, or the conditional LM when it gives the features (a hub id
+        there is loaded by id, not by a profile role)."""
+        if kind not in cls.kinds:
+            return ()
+        return ("conditional_lm",) if settings.get("features") == "conditional_lm" else cls.models
 
     def __init__(
         self,

@@ -91,6 +91,7 @@ class MembershipInference(Metric):
 
     name = "mia"
     kinds = DOWNSTREAM_KINDS
+    models = ("ondevice_lm",)
 
     def __init__(
         self,
@@ -161,6 +162,7 @@ class DistanceToClosestRecord(Metric):
 
     name = "dcr"
     kinds = TEXT_KINDS
+    models = ("embedder",)
 
     def __init__(
         self, n_samples: int = 500, nonmember_parts: tuple[str, ...] | list[str] = NONMEMBER_PARTS

@@ -26,6 +26,7 @@ class NextTokenAccuracy(Metric):
 
     name = "next_token"
     kinds = DOWNSTREAM_KINDS
+    models = ("ondevice_lm",)
 
     def check_applicable(self, artifact: Artifact) -> None:
         """Only a release scored in the instrument's vocabulary: accuracy per token depends

@@ -97,6 +97,7 @@ def generator_margins(
 
 class _PolicyMetric(Metric):
     kinds = ("preferences", "model")
+    models = ("preference_policy",)  # aligned, or the reference of a released model's margins
 
     def __init__(self, n: int = 1000, max_completion_tokens: int = 128, **settings: Any) -> None:
         super().__init__(n=n, max_completion_tokens=max_completion_tokens, **settings)

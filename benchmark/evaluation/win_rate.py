@@ -31,6 +31,16 @@ class WinRate(Metric):
     name = "win_rate"
     kinds = ("model", "preferences")
 
+    @classmethod
+    def models_for(cls, kind: str, settings: dict[str, Any]) -> tuple[str, ...]:
+        """The policy a preference release aligns, and the generator the offline judges
+        score with."""
+        if kind not in cls.kinds:
+            return ()
+        judge = (settings.get("judge") or {}).get("type", "loglik")
+        policy = ("preference_policy",) if kind == "preferences" else ()
+        return (*policy, "generator") if judge in GENERATOR_JUDGES else policy
+
     def __init__(
         self,
         judge: dict[str, Any] | None = None,

@@ -377,7 +377,7 @@ def check_cache_requests(requests: Any, bounds: RequestBounds) -> None:
     bounds.check("cache_tokens", tokens, "cache requests: prompts x count x max_new_tokens")
 
 
-_WARM_PROFILES: set[str] = set()  # profiles whose caches this process has built
+_WARM_ROLES: set[tuple[str, str]] = set()  # (profile, role) whose caches this process built
 
 
 class IsolatedLaunch:
@@ -402,6 +402,8 @@ class IsolatedLaunch:
 
         self.denied = denied_paths(getattr(split, "manifest", {}), cache_dir())  # its corpus
         self._worker: Any = None
+        self.models: tuple[str, ...] = ()  # the method's declared roles, from resolve()
+        self.hub_ids: tuple[str, ...] = ()  # hub models it loads by id, from resolve()
 
     def _init(self, op: str) -> tuple[dict[str, Any], list[bytes]]:
         blobs = []
@@ -417,6 +419,8 @@ class IsolatedLaunch:
     def resolve(self) -> tuple[Any, str]:
         """The resolved spec and the method's role, from a sandboxed describe process."""
         from benchmark.method import ROLES
+        from benchmark.profiles.hub_fetch import check_hub_ids
+        from benchmark.profiles.roles import check_roles
         from benchmark.spec import ResolvedSpec, SpecError
 
         init, blobs = self._init("describe")
@@ -433,15 +437,27 @@ class IsolatedLaunch:
                 f"{self.spec.method.name}: role {role!r} is reserved to built-in adapters; "
                 "a submitted adapter is ranked as a method"
             )
+        try:
+            self.models = check_roles(info["models"], f"{self.spec.method.name}.models")
+            self.hub_ids = check_hub_ids(info["hub_ids"], f"{self.spec.method.name}.hub_ids")
+        except ValueError as exc:
+            raise SpecError(str(exc)) from exc
         resolved = ResolvedSpec(self.spec, info["config"], self.split.name, self.split.version)
         return resolved, role
 
     def _build_profile_caches(self) -> None:
-        if self._by_name and self.spec.profile not in _WARM_PROFILES:
+        """Resolve the models the method declares (:attr:`benchmark.method.Method.models`,
+        :meth:`~benchmark.method.Method.hub_ids`), and only those, before its sandbox
+        starts; each (profile, role) once per process."""
+        from benchmark.profiles.hub_fetch import HubModel, fetch
+
+        fetch([HubModel(i, "main", (self.spec.method.name,)) for i in self.hub_ids])
+        cold = [r for r in self.models if (self.spec.profile, r) not in _WARM_ROLES]
+        if self._by_name and cold:
             from benchmark.profiles import new_profile
 
-            new_profile(self.spec.profile).build_caches()
-            _WARM_PROFILES.add(self.spec.profile)
+            new_profile(self.spec.profile).build_caches(cold)
+            _WARM_ROLES.update((self.spec.profile, r) for r in cold)
 
     def client_worker(self, units: dict[str, list[dict[str, Any]]], run_dir: Path) -> Any:
         from benchmark.federation.recompute import set_zygote_launch
@@ -471,9 +487,9 @@ class IsolatedLaunch:
 
     def warm(self, public_start: Callable[[], Any]) -> None:
         """Build the caches the method process may read, here, before it starts (it can
-        read them but never writes what we read): the profile's model caches, once per
-        process and profile (on an instance dropped after), and the shared public start
-        (the evaluator needs it anyway)."""
+        read them but never writes what we read): its declared models' caches, once per
+        process, profile and role (on an instance dropped after), and the shared public
+        start (the evaluator needs it anyway)."""
         self._build_profile_caches()
         if any(m["name"] == "next_token" for m in self.spec.evaluation.metrics):
             public_start()

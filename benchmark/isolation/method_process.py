@@ -277,10 +277,13 @@ def _serve(init: dict[str, Any], blobs: list[bytes], stream: Any) -> None:
         config = method_cls.resolve_config(init["profile"], init["params"])
         info = {"config": config, "role": method_cls.role}
         info |= {"privacy_units": list(method_cls.privacy_units)}
+        info |= {"models": list(method_cls.models), "hub_ids": list(method_cls.hub_ids(config))}
         wire.send(stream, {"done": True, **info})
         return
     method = method_cls(init["config"])
-    ctx = _context(init, blobs, stream, profile)
+    from benchmark.profiles.declared import DeclaredProfile
+
+    ctx = _context(init, blobs, stream, DeclaredProfile(profile, method_cls.models, init["method"]))
     seed, state = init["seed"], None
     wire.send(stream, {"done": True, "num_rounds": int(method.num_rounds())})
     while True:

@@ -8,10 +8,14 @@ on a GPU.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from benchmark.profiles.hub_fetch import HubModel
 
 
 @dataclass(frozen=True)
@@ -134,15 +138,17 @@ class ModelProfile(ABC):
     def describe(self) -> dict[str, str]:
         """Model ids/revisions recorded in result records."""
 
-    def build_caches(self) -> None:
-        """Load every model once, so that each on-disk cache they read (converted weights,
-        a pretrained on-device LM, a trained tokenizer) exists. The trusted coordinator
-        does this before a sandboxed method process starts: that process may read the
-        caches, never write them."""
-        self.generator()
-        self.embedder()
-        self.ondevice_lm()
-        self.masked_filler()
-        self.preference_embedder()
-        self.preference_generator()
-        self.preference_policy()
+    def build_caches(self, roles: Iterable[str]) -> None:
+        """Resolve the models of ``roles`` (names in :data:`~benchmark.profiles.roles.ROLES`)
+        so that every on-disk cache they read (converted weights, a pretrained on-device LM,
+        a trained tokenizer, a hub snapshot) exists. The trusted coordinator does this for a
+        run's declared roles before a sandboxed method process starts: that process may read
+        the caches, never write them. Default: build each role's model once."""
+        from benchmark.profiles.roles import load_roles
+
+        load_roles(self, roles)
+
+    def hub_models(self, roles: Iterable[str]) -> list[HubModel]:
+        """The hub snapshots ``roles`` load, each with the roles it fills (``fedsynth models
+        fetch`` downloads them). Default: none; only ``paper`` loads hub models."""
+        return []

@@ -28,14 +28,17 @@ def _unavailable(model_id: str, revision: str, why: str) -> ModelUnavailableErro
     )
 
 
-def require_cached(model_id: str, revision: str) -> None:
-    """Offline, raise at once unless the model's ``config.json`` is in the local HF cache."""
-    if not hub_offline():
-        return
+def is_cached(model_id: str, revision: str) -> bool:
+    """Whether the model's ``config.json`` at ``revision`` is in the local HF cache (every
+    model a profile loads has one: transformers' and sentence-transformers' alike)."""
     from huggingface_hub import try_to_load_from_cache
 
-    found = try_to_load_from_cache(model_id, "config.json", revision=revision)
-    if not isinstance(found, str):
+    return isinstance(try_to_load_from_cache(model_id, "config.json", revision=revision), str)
+
+
+def require_cached(model_id: str, revision: str) -> None:
+    """Offline, raise at once unless the model's ``config.json`` is in the local HF cache."""
+    if hub_offline() and not is_cached(model_id, revision):
         raise _unavailable(model_id, revision, "is not in the local cache and HF_HUB_OFFLINE=1")
 
 

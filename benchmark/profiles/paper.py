@@ -18,6 +18,7 @@ hub, but a local cache is keyed by the id actually downloaded). Nothing is downl
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -27,6 +28,7 @@ from benchmark.profiles.embedders import SentenceTransformerEmbedder
 from benchmark.profiles.fillers import MLMFiller
 from benchmark.profiles.hf_generator import HFGenerator
 from benchmark.profiles.hub import from_hub, require_cached
+from benchmark.profiles.hub_fetch import HubModel, fetch, hub_requests
 from benchmark.profiles.ondevice import PretrainedLM
 from benchmark.profiles.packaged import distribution_version
 
@@ -187,6 +189,20 @@ class PaperProfile(ModelProfile):
 
     def preference_policy(self) -> HFGenerator:
         return self._preference_policy
+
+    def hub_models(self, roles: Iterable[str]) -> list[HubModel]:
+        """The roles' hub ids (:class:`PaperModels` names its fields after the roles)."""
+        from benchmark.profiles.roles import check_roles
+
+        ids = {role: getattr(self.models, role) for role in check_roles(roles, "paper roles")}
+        return hub_requests(ids, self.models.revision)
+
+    def build_caches(self, roles: Iterable[str]) -> None:
+        """Fetch the roles' hub snapshots missing from the local cache (offline: fail at
+        once, naming every missing one). Loads nothing: the method process loads what it
+        uses, and two vLLM engines or ~37 GB of weights in the coordinator would only
+        take the memory the run needs."""
+        fetch(self.hub_models(roles))
 
     def describe(self) -> dict[str, str]:
         m = self.models

@@ -19,6 +19,8 @@ class PublicSelection(Method):
     artifact_kind = "texts"  # the evaluator fine-tunes the suite's on-device LM on them
     # One default config per model profile; a suite's params override them by name.
     configs = {p: {"candidates": 200, "release": 50} for p in ("tiny", "cpu", "paper")}
+    # The profile's models this code loads: fetched before the sandbox starts; no other.
+    models = ("embedder",)
 
     def num_rounds(self) -> int:
         return 1

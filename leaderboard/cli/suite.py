@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from benchmark.privacy.errors import PrivacyError
+from benchmark.profiles import PROFILES
 from benchmark.registry import RegistryError, UnsafePathError, check_under
 from benchmark.spec import SpecError
 
@@ -49,14 +50,16 @@ def run_with_progress(
     finished_only: bool = False,
     executor: Any = None,
     client_actors: int = 0,
+    profile: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Run a suite with a progress bar over its runs; errors become clean CLI messages."""
+    """Run a suite (on ``profile`` in place of its own, if given) with a progress bar over
+    its runs; errors become clean CLI messages."""
     from tqdm import tqdm
 
     from benchmark.isolation.coordinator import MethodError
-    from leaderboard.suites import get_suite, run_suite
+    from leaderboard.suites import get_suite, run_suite, with_profile
 
-    suite = get_suite(suite_name)
+    suite = with_profile(get_suite(suite_name), profile)
     total = len(suite.grid(methods))
     with tqdm(total=total, desc=f"suite {suite_name}", unit="run") as bar:
 
@@ -148,6 +151,18 @@ def suite_group() -> None:
     help="Spread each run's clients over this many Ray actors (one CPU each; each holds "
     "its range of clients in a sandboxed client worker). 0: one local client worker.",
 )
+@click.option(
+    "--profile",
+    type=click.Choice(sorted(PROFILES)),
+    default=None,
+    help="Run the grid on this model profile in place of the suite's (e.g. paper on a GPU).",
+)
+@click.option(
+    "--plan",
+    is_flag=True,
+    help="Run nothing: print the runs, the models each loads (and whether they are cached) "
+    "and the hours the known rates give.",
+)
 def suite_run(
     suite_name: str,
     results: str,
@@ -159,11 +174,23 @@ def suite_run(
     executor: str,
     address: str | None,
     client_actors: int,
+    profile: str | None,
+    plan: bool,
 ) -> None:
     """Run SUITE_NAME's grid with a progress bar and write one entry per (method, ε)."""
     from leaderboard.executors import make_executor
 
     chosen = [m.strip() for m in methods.split(",") if m.strip()] if methods else None
+    if plan:
+        from leaderboard.suite_plan import plan_lines
+        from leaderboard.suites import get_suite, with_profile
+
+        try:
+            suite = with_profile(get_suite(suite_name), profile)
+            click.echo("\n".join(plan_lines(suite, chosen, Path(splits))))
+        except (SpecError, RegistryError, ValueError) as exc:
+            raise click.ClickException(str(exc)) from exc
+        return
     try:
         runner = make_executor(executor, address)
     except ValueError as exc:
@@ -178,6 +205,7 @@ def suite_run(
         finished_only=finished_only,
         executor=runner,
         client_actors=client_actors,
+        profile=profile,
     )
     click.echo(
         f"suite {suite_name}: {len(entries)} entries in {results} "
