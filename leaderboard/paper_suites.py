@@ -32,10 +32,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from leaderboard.suites import Suite
+from leaderboard.suites import (
+    BENCH_METRICS,
+    CANARY_AUDIT,
+    PREFERENCE_JUDGE,
+    PREFERENCE_METHODS,
+    PREFERENCE_PRIVACY,
+    Suite,
+    paper000_view,
+)
 
 PAPER000_METHODS = (
     "public_only",
@@ -71,7 +78,6 @@ PAPER000_SPLITS: dict[str, dict[str, Any]] = {
 
 def paper000_suite(source: str) -> Suite:
     """Paper 000 Table 1's grid on ``source`` (``biorxiv`` or ``congress``)."""
-    from leaderboard.suites import BENCH_METRICS, Suite, paper000_view
 
     base = Suite(
         name=f"paper000-{source}",
@@ -102,13 +108,6 @@ def paper003_suite() -> Suite:
     δ = 1e-6, below 1/N (the paper's δ = 1/N is refused by the runner: at δ ≥ 1/N
     publishing one unit verbatim is DP), and the offline PMI judge and the metrics'
     default sizes in place of GPT-4o (not comparable with the paper's win rates)."""
-    from leaderboard.suites import (
-        CANARY_AUDIT,
-        PREFERENCE_JUDGE,
-        PREFERENCE_METHODS,
-        PREFERENCE_PRIVACY,
-        Suite,
-    )
 
     return Suite(
         name="paper003-oasst1",

@@ -563,27 +563,11 @@ def paper000_view(suite: Suite) -> Suite:
 SUITES["bench_paper000"] = paper000_view(SUITES["bench"])
 
 
-def _register_paper_suites() -> None:
-    """The paper-profile grids (GPU), defined in their own module."""
-    from leaderboard.paper_suites import paper_suites
-
-    SUITES.update(paper_suites())
-
-
-_register_paper_suites()
-
-
 def with_profile(suite: Suite, profile: str | None) -> Suite:
     """``suite`` on ``profile`` in place of its own (None: unchanged): the same split,
     budgets, seeds and metrics; the methods take that profile's configs, and the entries
     are of another leaderboard version (the instrument is part of it)."""
     return suite if profile is None else replace(suite, profile=profile)
-
-
-def get_suite(name: str) -> Suite:
-    if name not in SUITES:
-        raise ValueError(f"unknown suite {name!r}; available: {sorted(SUITES)}")
-    return SUITES[name]
 
 
 # The preference policy is the preference track's instrument where a profile names its own

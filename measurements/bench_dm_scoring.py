@@ -54,7 +54,8 @@ def main() -> None:
     from benchmark.profiles.ondevice_kinds import SmallOnDeviceLM, SmallShape, ondevice_tokenizer
     from benchmark.profiles.teacher_corpus import teacher_corpus
     from benchmark.split_storage import load_split
-    from leaderboard.suites import ensure_split, get_suite
+    from leaderboard.catalog import get_suite
+    from leaderboard.suites import ensure_split
     from methods.dp_ftrl_dm import DPFTRLDM
     from methods.public_training import top_fraction
 

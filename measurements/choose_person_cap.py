@@ -19,9 +19,10 @@ import dataclasses
 import json
 from pathlib import Path
 
+from leaderboard.catalog import get_suite
 from leaderboard.executors import Job
 from leaderboard.selection import DEFAULT_SELECT
-from leaderboard.suites import get_suite, open_store, run_jobs
+from leaderboard.suites import open_store, run_jobs
 
 METHODS = ("public_only", "oracle")
 

@@ -51,7 +51,8 @@ def main() -> None:
     from benchmark.evaluation.judges import make_judge
     from benchmark.profiles import get_profile
     from benchmark.split_storage import load_split
-    from leaderboard.suites import ensure_split, get_suite
+    from leaderboard.catalog import get_suite
+    from leaderboard.suites import ensure_split
 
     split = load_split(ensure_split(get_suite("prefs"), args.splits))
     records = split.records(args.part)[: args.n]

@@ -12,7 +12,7 @@ import pytest
 
 from benchmark.cli.main import cli
 from benchmark.registry import DATASETS
-from leaderboard.suites import SUITES
+from leaderboard.catalog import SUITES
 
 ROOT = Path(__file__).parents[1]
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])

@@ -144,9 +144,10 @@ class ModelProfile(ABC):
         a trained tokenizer, a hub snapshot) exists. The trusted coordinator does this for a
         run's declared roles before a sandboxed method process starts: that process may read
         the caches, never write them. Default: build each role's model once."""
-        from benchmark.profiles.roles import load_roles
+        from benchmark.profiles.roles import check_roles
 
-        load_roles(self, roles)
+        for role in check_roles(roles, "model roles"):
+            getattr(self, role)()  # each is cached inside the profile
 
     def hub_models(self, roles: Iterable[str]) -> list[HubModel]:
         """The hub snapshots ``roles`` load, each with the roles it fills (``fedsynth models

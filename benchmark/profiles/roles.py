@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from benchmark.profiles.base import ModelProfile
-
 # Every role, in the order they are listed and resolved (each is a ModelProfile method).
 ROLES = (
     "generator",
@@ -42,9 +40,3 @@ def check_roles(roles: Iterable[object], where: str) -> tuple[str, ...]:
     if unknown:
         raise ValueError(f"{where}: unknown model role(s) {unknown}; allowed: {list(ROLES)}")
     return tuple(r for r in ROLES if r in given)
-
-
-def load_roles(profile: ModelProfile, roles: Iterable[str]) -> None:
-    """Build each of ``roles`` on ``profile`` (each is cached inside the profile)."""
-    for role in check_roles(roles, "model roles"):
-        getattr(profile, role)()

@@ -17,7 +17,7 @@ import click
 from benchmark.profiles import PROFILES, ModelUnavailableError, new_profile
 from benchmark.profiles.hub_fetch import HubModel, fetch, missing
 from benchmark.registry import METHODS, METRICS, RegistryError
-from leaderboard.suites import get_suite
+from leaderboard.catalog import get_suite
 
 
 @click.group("models")

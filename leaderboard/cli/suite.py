@@ -57,7 +57,8 @@ def run_with_progress(
     from tqdm import tqdm
 
     from benchmark.isolation.coordinator import MethodError
-    from leaderboard.suites import get_suite, run_suite, with_profile
+    from leaderboard.catalog import get_suite
+    from leaderboard.suites import run_suite, with_profile
 
     suite = with_profile(get_suite(suite_name), profile)
     total = len(suite.grid(methods))
@@ -182,8 +183,9 @@ def suite_run(
 
     chosen = [m.strip() for m in methods.split(",") if m.strip()] if methods else None
     if plan:
+        from leaderboard.catalog import get_suite
         from leaderboard.suite_plan import plan_lines
-        from leaderboard.suites import get_suite, with_profile
+        from leaderboard.suites import with_profile
 
         try:
             suite = with_profile(get_suite(suite_name), profile)
@@ -275,7 +277,7 @@ def suite_tune(
     """Select METHOD's parameters on validation over a grid at one budget of SUITE_NAME;
     writes a signed report beside the runs' kept records (leaderboard/tuning.py)."""
     from benchmark.isolation.coordinator import MethodError
-    from leaderboard.suites import get_suite
+    from leaderboard.catalog import get_suite
     from leaderboard.tuning import tune
 
     suite = get_suite(suite_name)
