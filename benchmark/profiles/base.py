@@ -134,6 +134,12 @@ class ModelProfile(ABC):
     def describe(self) -> dict[str, str]:
         """Model ids/revisions recorded in result records."""
 
+    def accelerator(self) -> str | None:
+        """The accelerator this profile's models run on (``"cuda"``), None on the CPU. The
+        trusted coordinator reads it to open a run's sandboxes to the GPU (a GPU run:
+        docs/architecture.md, "A GPU shared with untrusted code"); a method never sets it."""
+        return None
+
     def build_caches(self) -> None:
         """Load every model once, so that each on-disk cache they read (converted weights,
         a pretrained on-device LM, a trained tokenizer) exists. The trusted coordinator

@@ -188,6 +188,9 @@ class PaperProfile(ModelProfile):
     def preference_policy(self) -> HFGenerator:
         return self._preference_policy
 
+    def accelerator(self) -> str | None:
+        return "cuda" if _device() == "cuda" else None
+
     def describe(self) -> dict[str, str]:
         m = self.models
         return {
