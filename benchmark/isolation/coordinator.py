@@ -90,8 +90,10 @@ def policy_for(
 def runs_on_gpu(profile: Any) -> bool:
     """Whether a run is a GPU run: its resolved model profile (trusted: a built-in, or the
     object the runner's caller passed) puts its models on CUDA. The coordinator alone
-    decides it; a method never chooses its sandbox."""
-    return profile.accelerator() == "cuda"
+    decides it; a method never chooses its sandbox. A profile object without
+    ``accelerator`` (a test's stand-in) runs on the CPU."""
+    accelerator = getattr(profile, "accelerator", None)
+    return accelerator is not None and accelerator() == "cuda"
 
 
 def harness_code() -> list[Path]:
