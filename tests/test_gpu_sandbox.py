@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from benchmark.isolation import sandbox
 from benchmark.isolation.client_process import child_env
 from benchmark.isolation.coordinator import policy_for, runs_on_gpu
 from benchmark.isolation.sandbox import (
@@ -76,7 +77,7 @@ def test_cpu_run_policy_and_environment_stay_closed(monkeypatch, tmp_path: Path)
     policy = policy_for([REPO / "benchmark"], [tmp_path])
     assert not policy.gpu
     assert policy == policy_for([REPO / "benchmark"], [tmp_path], gpu=False)
-    assert policy.read_write == (tmp_path,)
+    assert policy.read_write == (tmp_path,) and policy.devices == ()
     everything = (*policy.read_only, *policy.read_write, *policy.list_only)
     assert not [p for p in everything if "nvidia" in str(p) or p == SHM]
     env = child_env()
@@ -95,8 +96,9 @@ def test_gpu_run_policy_admits_the_devices_driver_and_libraries(
     monkeypatch.setattr(coordinator, "gpu_access", lambda: gpu_access(dev=fake_dev))
     policy = policy_for([REPO / "benchmark"], [tmp_path], gpu=True)
     assert policy.gpu
-    assert policy.read_write == (tmp_path, *gpu_devices(fake_dev))
-    assert fake_dev / "dri" not in policy.read_write and fake_dev / "shm" not in policy.read_write
+    assert policy.read_write == (tmp_path,)
+    assert policy.devices == gpu_devices(fake_dev)
+    assert fake_dev / "dri" not in policy.devices and fake_dev / "shm" not in policy.devices
     assert Path("/proc/driver/nvidia") in policy.read_only
     assert Path("/usr/local/nvidia/lib64") in policy.read_only
     assert Path("/usr/local/cuda") in policy.read_only
@@ -122,6 +124,19 @@ def test_a_run_is_a_gpu_run_when_its_profile_puts_models_on_cuda(monkeypatch) ->
     assert runs_on_gpu(new_profile("paper"))
     assert not runs_on_gpu(new_profile("tiny"))  # a CPU profile on a GPU host stays closed
     assert not runs_on_gpu(new_profile("cpu"))
+
+
+def test_a_recomputation_keeps_the_gpu_but_not_the_domains_dev_shm(monkeypatch, tmp_path):
+    """The independence check's per-call domain (restrict_further) runs client code on the
+    GPU as the worker did, but writes only its own scratch: not the /dev/shm every call
+    of its zygote would share."""
+    applied = []
+    gpu = Policy((REPO,), (tmp_path / "checks", SHM), (), gpu=True, devices=(Path("/dev/nvidia0"),))
+    monkeypatch.setattr(sandbox, "applied_policy", gpu)
+    monkeypatch.setattr(sandbox, "restrict", lambda policy: applied.append(policy) or True)
+    assert sandbox.restrict_further((tmp_path / "call",))
+    assert applied[0].devices == gpu.devices and applied[0].read_write == (tmp_path / "call",)
+    assert applied[0].read_only == gpu.read_only
 
 
 # --- in a sandboxed child: a private /dev/shm for GPU runs, none for CPU runs ---------------

@@ -84,7 +84,7 @@ def policy_for(
     readable_paths = (*interpreter_paths(), *code, cache_dir(), hub, *extra, *gpu_read)
     denied = (*denied, cache_dir() / "sources")
     read_only, list_only = readable_except(readable_paths, denied)
-    return Policy(read_only, (*read_write, *gpu_write), list_only, gpu=gpu)
+    return Policy(read_only, tuple(read_write), list_only, gpu=gpu, devices=gpu_write)
 
 
 def runs_on_gpu(profile: Any) -> bool:

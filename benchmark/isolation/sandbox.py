@@ -67,12 +67,15 @@ class Policy:
 
     ``gpu``: a GPU run's process (the trusted coordinator decides, from the run's profile:
     :func:`gpu_access`); the child then mounts a private ``/dev/shm`` before it restricts
-    itself, and may write there (:func:`enter_sandbox_from_environment`)."""
+    itself, and may write there (:func:`enter_sandbox_from_environment`). ``devices``: the
+    GPU's device nodes, opened read-write; unlike ``read_write`` they stay open to a nested
+    domain (:func:`restrict_further`: a recomputation runs client code on the GPU too)."""
 
     read_only: tuple[Path, ...]
     read_write: tuple[Path, ...] = ()
     list_only: tuple[Path, ...] = ()  # directories (and those beneath) that may be listed
     gpu: bool = False
+    devices: tuple[Path, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The policy as a child process receives it."""
@@ -81,13 +84,17 @@ class Policy:
             "read_write": list(map(str, self.read_write)),
             "list_only": list(map(str, self.list_only)),
             "gpu": self.gpu,
+            "devices": list(map(str, self.devices)),
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Policy:
-        paths = (tuple(map(Path, data.get(key, ()))) for key in ("read_only", "read_write"))
+        read_only, read_write, list_only, devices = (
+            tuple(map(Path, data.get(key, ())))
+            for key in ("read_only", "read_write", "list_only", "devices")
+        )
         gpu = data.get("gpu") is True
-        return cls(*paths, tuple(map(Path, data.get("list_only", ()))), gpu=gpu)
+        return cls(read_only, read_write, list_only, gpu=gpu, devices=devices)
 
 
 def _syscall(number: int, *args: object) -> int:
@@ -348,7 +355,7 @@ def restrict(policy: Policy) -> bool:
             _add_path_rule(ruleset_fd, Path(path), _FS_READ_ONLY)
         for path in policy.list_only:
             _add_path_rule(ruleset_fd, Path(path), _FS_READ_DIR)
-        for path in policy.read_write + _SINKS:
+        for path in policy.read_write + policy.devices + _SINKS:
             _add_path_rule(ruleset_fd, Path(path), attr.handled_access_fs)
         _check(
             _syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset_fd), ctypes.c_uint32(0)),
@@ -536,9 +543,11 @@ def _with_gpu_scratch(policy: Policy, tmp_dir: Path) -> Policy:
 
 def restrict_further(read_write: tuple[Path, ...]) -> bool:
     """Narrow this process's sandbox (a nested Landlock domain, inherited by its children):
-    the same reads as :data:`applied_policy`, writes only beneath ``read_write``, and no
-    signal to any process outside the new domain. False where no sandbox was applied."""
+    the same reads and devices as :data:`applied_policy` (a GPU run's), writes only beneath
+    ``read_write`` (not its ``/dev/shm``, which every call of this domain would share), and
+    no signal to any process outside the new domain. False where no sandbox was applied."""
     if applied_policy is None:
         return False
     read_only, list_only = applied_policy.read_only, applied_policy.list_only
-    return restrict(Policy(read_only, tuple(read_write), list_only))
+    devices = applied_policy.devices
+    return restrict(Policy(read_only, tuple(read_write), list_only, devices=devices))
