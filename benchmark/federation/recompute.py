@@ -534,7 +534,7 @@ def _contained_call(meta: dict[str, Any], job: bytearray, call: bytes, out_fd: i
     write only a scratch directory of its own (and to signal only its own processes),
     which is removed once it ended. Nothing the call leaves reaches a later call."""
     from benchmark.isolation.containment import fork_contained
-    from benchmark.isolation.sandbox import applied_policy, restrict_further
+    from benchmark.isolation.sandbox import applied_policy, kernel_caches, restrict_further
 
     scratch = None
     if applied_policy is not None:
@@ -545,6 +545,8 @@ def _contained_call(meta: dict[str, Any], job: bytearray, call: bytes, out_fd: i
             if scratch is not None:
                 restrict_further((Path(scratch),))
                 os.environ["TMPDIR"] = tempfile.tempdir = scratch
+                if applied_policy.gpu:
+                    os.environ.update(kernel_caches(Path(scratch)))
             with os.fdopen(out_fd, "wb") as out:
                 write_frame(out, _answer(meta, job, call))
         finally:

@@ -66,10 +66,11 @@ class Policy:
     """What the sandboxed process may touch on disk; paths that do not exist are skipped.
 
     ``gpu``: a GPU run's process (the trusted coordinator decides, from the run's profile:
-    :func:`gpu_access`); the child then mounts a private ``/dev/shm`` before it restricts
-    itself, and may write there (:func:`enter_sandbox_from_environment`). ``devices``: the
-    GPU's device nodes, opened read-write; unlike ``read_write`` they stay open to a nested
-    domain (:func:`restrict_further`: a recomputation runs client code on the GPU too)."""
+    :func:`benchmark.isolation.coordinator.runs_on_gpu`); the child then mounts a private
+    ``/dev/shm`` before it restricts itself, and may write there
+    (:func:`enter_sandbox_from_environment`). ``devices``: the GPU's device nodes, opened
+    read-write; unlike ``read_write`` they stay open to a nested domain
+    (:func:`restrict_further`: a recomputation runs client code on the GPU too)."""
 
     read_only: tuple[Path, ...]
     read_write: tuple[Path, ...] = ()
@@ -527,6 +528,12 @@ def enter_sandbox_from_environment() -> bool:
 applied_policy: Policy | None = None  # what enter_sandbox_from_environment applied here
 
 
+def kernel_caches(scratch: Path) -> dict[str, str]:
+    """Where Triton and CUDA cache compiled kernels, in a GPU run's process: its own
+    scratch (their defaults are under the home directory, which it cannot write)."""
+    return {"TRITON_CACHE_DIR": str(scratch / "triton"), "CUDA_CACHE_PATH": str(scratch / "cuda")}
+
+
 def _with_gpu_scratch(policy: Policy, tmp_dir: Path) -> Policy:
     """A GPU run's process: ``/dev/shm`` writable where it is this process's own (a fresh
     tmpfs in a mount namespace of its own; never the host's, which every process shares),
@@ -534,8 +541,7 @@ def _with_gpu_scratch(policy: Policy, tmp_dir: Path) -> Policy:
     under the home directory, which the sandbox does not let it write)."""
     from benchmark.isolation.containment import private_shm
 
-    os.environ["TRITON_CACHE_DIR"] = str(tmp_dir / "triton")
-    os.environ["CUDA_CACHE_PATH"] = str(tmp_dir / "cuda")
+    os.environ.update(kernel_caches(tmp_dir))
     if not private_shm():
         return policy
     return replace(policy, read_write=(*policy.read_write, SHM))
