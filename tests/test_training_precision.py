@@ -187,3 +187,17 @@ def test_micro_batches_and_checkpointing_compute_the_same_gradient(monkeypatch, 
 def test_the_paper_profile_computes_batches_in_parts_with_checkpointing():
     assert PaperProfile().training_memory() == TrainingMemory(8, True)
     assert get_profile("tiny").training_memory() == TrainingMemory()
+
+
+def test_pe_sft_lora_fine_tune_in_parts_with_checkpointing_on_a_bf16_generator():
+    """The paper profile's way (micro-batches, checkpointing) through peft's LoRA model."""
+    base = tiny_llama().to(torch.bfloat16)
+    start = weights(base)
+    config = SFTConfig(1, 1e-3, 8, 4, 8, 8, micro_batch_size=3, gradient_checkpointing=True)
+    pairs = [(t["prompt"], t["chosen"]) for t in tuples(8)]
+    generator = types.SimpleNamespace(model=base, tokenizer=tokenizer())
+    with fine_tuned(generator, pairs, config, seed=0) as tuned:
+        adapters = {n: p for n, p in tuned.model.named_parameters() if "lora_B" in n}
+        assert adapters and all(float(p.abs().max()) > 0 for p in adapters.values())
+    assert not base.is_activation_checkpointing
+    assert base.dtype == torch.bfloat16 and moved(start, weights(base)) == 0
