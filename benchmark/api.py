@@ -51,6 +51,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
         "validation_texts",
     ),
     "benchmark.preference_training": ("SFTConfig", "train_completions"),
+    "benchmark.training_precision": ("float32_in_place",),
     "benchmark.federation.local_dp_sgd": ("control_prompt", "training_device"),
     # language-model scoring and sampling helpers the metrics use too
     "benchmark.evaluation.downstream": (

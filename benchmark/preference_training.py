@@ -10,11 +10,19 @@ DPO (Rafailov et al. 2023), sigmoid loss: −log σ(β[(log π(a⁺|x) − log �
 tokens. The reference is the SFT model, frozen (its log-probabilities are computed once,
 before DPO, so no second model is kept). Paper 003 uses the eric-mitchell DPO code
 (RMSprop by default); here AdamW, without warm-up: the paper states neither.
+
+Precision (:mod:`benchmark.training_precision`): a model loaded in bf16 (the ``paper``
+profile's policy on a GPU) is trained on a float32 copy (:func:`trainable_copy`: float32
+master weights), its forward pass under bf16 autocast on a GPU; updated in place in bf16,
+most of an update at the papers' learning rates rounds to zero. Micro-batches
+(``micro_batch_size``, gradients accumulated to the batch's) and gradient checkpointing fit
+a paper batch in GPU memory without changing the loss.
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +30,7 @@ import torch
 
 from benchmark.profiles.hf_generator import context_length
 from benchmark.profiles.seeding import seeded
+from benchmark.training_precision import checkpointed, training_autocast
 
 
 @dataclass(frozen=True)
@@ -33,12 +42,17 @@ class SFTConfig:
     lora_alpha: int
     max_completion_tokens: int
     max_grad_norm: float = 1.0
+    micro_batch_size: int = 0  # > 0: a batch's gradient accumulated over parts this large
+    gradient_checkpointing: bool = False  # recompute activations in the backward pass
 
 
 @dataclass(frozen=True)
 class AlignmentConfig:
     """SFT on the chosen responses, then DPO on the pairs (paper 003 §5: SFT lr 5e-7 for
-    1 epoch, DPO β 0.1, lr 1e-6 for 3 epochs, batch 64 for Pythia-2.8B)."""
+    1 epoch, DPO β 0.1, lr 1e-6 for 3 epochs, batch 64 for Pythia-2.8B). The last two
+    fields say how a batch is computed, not what it computes: the profile's
+    :meth:`~benchmark.profiles.base.ModelProfile.training_memory` fills them where a spec
+    does not."""
 
     sft_epochs: int = 1
     sft_lr: float = 5e-7
@@ -48,6 +62,8 @@ class AlignmentConfig:
     batch_size: int = 64
     max_completion_tokens: int = 128
     max_grad_norm: float = 1.0
+    micro_batch_size: int = 0
+    gradient_checkpointing: bool = False
 
     def sft(self) -> SFTConfig:
         return SFTConfig(
@@ -58,6 +74,8 @@ class AlignmentConfig:
             0,
             self.max_completion_tokens,
             self.max_grad_norm,
+            self.micro_batch_size,
+            self.gradient_checkpointing,
         )
 
 
@@ -125,38 +143,60 @@ def _train(
     batches: list[list[int]],
     lr: float,
     max_grad_norm: float,
-    loss_of: Any,
+    loss_of: Callable[[list[int], list[int]], torch.Tensor],
+    micro_batch_size: int = 0,
+    gradient_checkpointing: bool = False,
 ) -> None:
-    """AdamW with a cosine schedule over ``batches``; ``loss_of(batch)`` is the loss."""
+    """AdamW with a cosine schedule over ``batches``. ``loss_of(part, batch)`` is part's
+    share of the batch's loss: the shares of a batch's parts (of ``micro_batch_size``, or
+    the whole batch) sum to its loss, so their accumulated gradients are its gradient."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimiser = torch.optim.AdamW(params, lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=max(len(batches), 1))
     model.train()
     try:
-        for batch in batches:
-            loss = loss_of(batch)
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-            optimiser.step()
-            schedule.step()
+        with checkpointed(model, gradient_checkpointing):
+            for batch in batches:
+                optimiser.zero_grad(set_to_none=True)
+                step = micro_batch_size if micro_batch_size > 0 else len(batch)
+                for start in range(0, len(batch), step):
+                    with training_autocast(model):
+                        loss = loss_of(batch[start : start + step], batch)
+                    loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
+                optimiser.step()
+                schedule.step()
     finally:
         model.eval()
+
+
+def scored_tokens(rows: list[tuple[list[int], int]]) -> int:
+    """How many tokens the next-token loss of ``rows`` scores (the completion's, less a
+    first position no token predicts)."""
+    return sum(len(seq) - max(prompt_len, 1) for seq, prompt_len in rows)
 
 
 def train_completions(
     model: Any, tokenizer: Any, pairs: list[tuple[str, str]], config: SFTConfig, seed: int
 ) -> None:
-    """SFT: next-token loss on the completion tokens of (prompt, completion) pairs."""
+    """SFT: next-token loss on the completion tokens of (prompt, completion) pairs, the mean
+    over a batch's tokens (a micro-batch's mean weighted by its share of them)."""
     seqs = encode_completions(tokenizer, pairs, config.max_completion_tokens, context_length(model))
     device = next(model.parameters()).device
 
-    def loss_of(batch: list[int]) -> torch.Tensor:
-        ids, mask, labels = padded([seqs[i] for i in batch], device)
-        return model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    def loss_of(part: list[int], batch: list[int]) -> torch.Tensor:
+        rows = [seqs[i] for i in part]
+        ids, mask, labels = padded(rows, device)
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        if len(part) == len(batch):
+            return loss
+        return loss * (scored_tokens(rows) / scored_tokens([seqs[i] for i in batch]))
 
     batches = _batches(len(seqs), config.batch_size, config.epochs, seed)
-    _train(model, batches, config.lr, config.max_grad_norm, loss_of)
+    _train(
+        model, batches, config.lr, config.max_grad_norm, loss_of,
+        config.micro_batch_size, config.gradient_checkpointing,
+    )  # fmt: skip
 
 
 def encode_pairs(
@@ -190,12 +230,14 @@ def reference_margins(
     rejected: list[tuple[list[int], int]],
     batch_size: int,
 ) -> torch.Tensor:
-    """log π_ref(a⁺) − log π_ref(a⁻) per pair, batched, without gradients."""
+    """log π_ref(a⁺) − log π_ref(a⁻) per pair, batched, without gradients, at the precision
+    training computes the policy's (``training_autocast``), so they start equal."""
     out = []
     for start in range(0, len(chosen), batch_size):
         part = slice(start, start + batch_size)
         zero = torch.zeros(len(chosen[part]))
-        out.append(dpo_margins(model, chosen[part], rejected[part], zero).cpu())
+        with training_autocast(model):
+            out.append(dpo_margins(model, chosen[part], rejected[part], zero).float().cpu())
     return torch.cat(out) if out else torch.zeros(0)
 
 
@@ -207,30 +249,37 @@ def train_dpo(
         tokenizer, pairs, config.max_completion_tokens, context_length(model)
     )
     model.eval()
-    reference = reference_margins(model, chosen, rejected, config.batch_size)
+    step = config.micro_batch_size or config.batch_size
+    reference = reference_margins(model, chosen, rejected, step)
     device = next(model.parameters()).device
 
-    def loss_of(batch: list[int]) -> torch.Tensor:
+    def loss_of(part: list[int], batch: list[int]) -> torch.Tensor:
         margins = dpo_margins(
             model,
-            [chosen[i] for i in batch],
-            [rejected[i] for i in batch],
-            reference[batch].to(device),
+            [chosen[i] for i in part],
+            [rejected[i] for i in part],
+            reference[part].to(device),
         )
-        return -torch.nn.functional.logsigmoid(config.beta * margins).mean()
+        losses = -torch.nn.functional.logsigmoid(config.beta * margins)
+        return losses.mean() if len(part) == len(batch) else losses.sum() / len(batch)
 
     batches = _batches(len(pairs), config.batch_size, config.dpo_epochs, seed)
-    _train(model, batches, config.dpo_lr, config.max_grad_norm, loss_of)
+    _train(
+        model, batches, config.dpo_lr, config.max_grad_norm, loss_of,
+        config.micro_batch_size, config.gradient_checkpointing,
+    )  # fmt: skip
 
 
 def trainable_copy(model: Any) -> Any:
-    """A copy of ``model`` with every parameter trainable and the class's own ``forward``.
+    """A float32 copy of ``model`` (the master weights an update at the papers' learning
+    rates needs: bf16 would round most of it away) with every parameter trainable and the
+    class's own ``forward``.
 
     The profile's generator is shared (cached per process), and code that trained it before
     may have left it changed: peft freezes its parameters, and trl's trainer replaces the
     instance's ``forward`` with a closure over the original's bound ``forward``, which a deep
     copy keeps, so the copy would compute with the original's weights and train nothing."""
-    copied = copy.deepcopy(model)
+    copied = copy.deepcopy(model).float()
     for name in ("forward", "_original_forward"):
         vars(copied).pop(name, None)
     for param in copied.parameters():

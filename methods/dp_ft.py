@@ -120,6 +120,6 @@ class DPFT(Method):
 
     def finish(self, ctx: MethodContext, state: dict[str, Any]) -> Artifact:
         generator = ctx.profile.preference_policy()
-        model = copy.deepcopy(generator.model)
+        model = copy.deepcopy(generator.model).float()  # the pool trained float32 weights
         model.load_state_dict(state["weights"])
         return save_model(model, generator.tokenizer, ctx.work_dir / self.name)

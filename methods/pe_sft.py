@@ -50,12 +50,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
 
-from benchmark.api import Artifact, Generator, MethodContext, SFTConfig, seeded, train_completions
+from benchmark.api import (
+    Artifact,
+    Generator,
+    MethodContext,
+    SFTConfig,
+    float32_in_place,
+    seeded,
+    train_completions,
+)
 from methods.lora import lora_config, trainable_flags_kept
 from methods.private_evolution import (
     PE_CPU,
@@ -80,9 +89,12 @@ def top_scoring(seeds: dict[str, float], k: int) -> list[str]:
 def fine_tuned(
     generator: Generator, pairs: list[tuple[str, str]], config: SFTConfig, seed: int
 ) -> Iterator[Generator]:
-    """The generator SFT-ed on ``pairs`` inside the block; restored on exit."""
+    """The generator SFT-ed on ``pairs`` inside the block; restored on exit. LoRA adapters
+    are float32 (peft's default on a bf16 base); a full fine-tune trains the model in place
+    in float32 (master weights: in bf16 most updates would round to zero) and gives it
+    back in its own dtype and weights."""
     base = generator.model
-    with trainable_flags_kept(base):
+    with trainable_flags_kept(base), ExitStack() as stack:
         if config.lora_r > 0:
             from peft import get_peft_model
 
@@ -92,6 +104,7 @@ def fine_tuned(
         else:
             model = base
             snapshot = {k: v.detach().clone() for k, v in base.state_dict().items()}
+            stack.enter_context(float32_in_place(base))  # exits after the snapshot's reload
         try:
             with seeded(seed):  # dropout
                 train_completions(model, generator.tokenizer, pairs, config, seed)
@@ -190,7 +203,9 @@ class PESFT(PrivateEvolution):
         pairs = list(zip(_public_prompts(pool, len(selected), rng), selected, strict=True))
         seed = int(rng.integers(2**31 - 1))
         params = release_sampling(self.config, self.config["generate_max_new_tokens"])
-        with fine_tuned(ctx.profile.generator(), pairs, self.sft_config(), seed) as generator:
+        memory = asdict(ctx.profile.training_memory())  # how a batch fits, not what it is
+        config = replace(self.sft_config(), **memory)
+        with fine_tuned(ctx.profile.generator(), pairs, config, seed) as generator:
             texts = expand(
                 generator,
                 pool,

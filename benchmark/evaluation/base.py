@@ -171,7 +171,8 @@ class EvalContext:
                 from benchmark.preference_training import AlignmentConfig, align
 
                 generator = self.profile.preference_policy()
-                config = AlignmentConfig(**self.downstream.alignment)
+                memory = asdict(self.profile.training_memory())  # how, not what: spec wins
+                config = AlignmentConfig(**{**memory, **self.downstream.alignment})
                 model = align(
                     generator.model, generator.tokenizer, artifact.pairs, config, self.seed
                 )

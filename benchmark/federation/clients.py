@@ -62,10 +62,18 @@ def seeded_rngs(seed: int) -> Iterator[None]:
 
 @contextmanager
 def _torch_seeded(torch: ModuleType, seed: int) -> Iterator[None]:
-    """torch's CPU generator (and CUDA's, once initialised) seeded inside, restored after.
+    """torch's CPU generator (and CUDA's, where this process can use CUDA) seeded inside,
+    restored after.
 
-    CUDA is seeded only when already initialised: seeding it before would queue a lazy seed
-    that outlives the call."""
+    Where CUDA is available it is initialised before the call, so that every call (the
+    client worker's first and later ones, and its recomputation alone in a fresh process)
+    starts from CUDA seeded the same way: whether an earlier call, or the server's code in
+    this process, had initialised it is then no part of the row. Seeding CUDA without
+    initialising it would queue a lazy seed that outlives the call. A process without the
+    GPU (a CPU run's sandbox hides it) seeds only the CPU generator, as does its
+    recomputation, sandboxed the same way."""
+    if not torch.cuda.is_initialized() and torch.cuda.is_available():
+        torch.cuda.init()
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
     with torch.random.fork_rng(devices=devices):
         torch.random.default_generator.manual_seed(seed)

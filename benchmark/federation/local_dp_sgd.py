@@ -26,6 +26,7 @@ import torch
 from benchmark.control_codes import code_slots
 from benchmark.data import LABEL, TEXT
 from benchmark.privacy.errors import PrivacyError
+from benchmark.training_precision import training_autocast
 
 IGNORE = -100  # label id the LM loss skips (the prompt's tokens)
 
@@ -145,7 +146,9 @@ def train_locally(
     the gradient of ``loss`` (harness code: :func:`lm_loss`, or paper 003's per-pair DPO
     loss) clipped to ``clip_norm``; their sum plus noise over ``batch_size`` is the step's
     gradient, applied by SGD, or by Adam when ``adam`` (DP-Adam: post-processing of the
-    same noisy gradients)."""
+    same noisy gradients). The parameters are the float32 master weights (a bf16 model is
+    trained on a float32 copy: :func:`benchmark.preference_training.trainable_copy`); the
+    forward pass runs under bf16 autocast on a GPU (:mod:`benchmark.training_precision`)."""
     params = [p for p in model.parameters() if p.requires_grad]
     private = config.noise_multiplier > 0
     device = params[0].device
@@ -157,7 +160,9 @@ def train_locally(
         total = [torch.zeros_like(p) for p in params]
         for i in chosen:
             model.zero_grad(set_to_none=True)
-            loss(model, examples[i]).backward()
+            with training_autocast(model):
+                value = loss(model, examples[i])
+            value.backward()
             grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
             scale = per_sample_scale(grads, config.clip_norm) if private else 1.0
             for acc, grad in zip(total, grads, strict=True):

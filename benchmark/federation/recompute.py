@@ -34,7 +34,7 @@ Protocol on a release worker's socket (frames of an 8-byte little-endian length 
 body):
 
 1. worker → pool: ``b"I"`` and its pid (its process group, which the pool can kill);
-2. pool → worker: a plain pickle of ``{"kind", "threads", "cuda"}``, then the snapshot of
+2. pool → worker: a plain pickle of ``{"kind", "threads"}``, then the snapshot of
    ``(function, payload)``;
 3. per client, pool → worker: a plain pickle of ``(records, seed)``; worker → pool: ``b"R"``
    and an ``.npz`` of the output arrays, or ``b"E"`` and the exception's type name (not its
@@ -366,11 +366,11 @@ def _modules_in(job: bytes) -> list[str]:
 
 def _torch_state() -> dict[str, Any]:
     """What the recomputation must match: torch's thread count (the order of its float
-    reductions) and whether CUDA is initialised (so its generator is seeded too)."""
+    reductions). Not this process's CUDA state: the rows may come from another process
+    (the client worker), and every client call starts from CUDA initialised and seeded
+    wherever the process can use it (:func:`~benchmark.federation.clients.seeded_rngs`)."""
     torch = sys.modules.get("torch")
-    if torch is None:
-        return {"threads": None, "cuda": False}
-    return {"threads": torch.get_num_threads(), "cuda": torch.cuda.is_initialized()}
+    return {"threads": torch.get_num_threads() if torch is not None else None}
 
 
 def snapshot(fn: Any, payload: Any) -> bytes:
@@ -485,8 +485,6 @@ def _answer(meta: dict[str, Any], job: bytearray, call: bytes) -> bytes:
         torch = sys.modules.get("torch")  # imported when the job needs it
         if torch is not None and meta["threads"]:
             torch.set_num_threads(meta["threads"])
-            if meta["cuda"]:
-                torch.cuda.init()
         records, seed = pickle.loads(call)
         rows = run_alone(meta["kind"], fn, payload, records, seed)
         buffer = io.BytesIO()
@@ -536,7 +534,7 @@ def _contained_call(meta: dict[str, Any], job: bytearray, call: bytes, out_fd: i
     write only a scratch directory of its own (and to signal only its own processes),
     which is removed once it ended. Nothing the call leaves reaches a later call."""
     from benchmark.isolation.containment import fork_contained
-    from benchmark.isolation.sandbox import applied_policy, restrict_further
+    from benchmark.isolation.sandbox import applied_policy, kernel_caches, restrict_further
 
     scratch = None
     if applied_policy is not None:
@@ -547,6 +545,8 @@ def _contained_call(meta: dict[str, Any], job: bytearray, call: bytes, out_fd: i
             if scratch is not None:
                 restrict_further((Path(scratch),))
                 os.environ["TMPDIR"] = tempfile.tempdir = scratch
+                if applied_policy.gpu:
+                    os.environ.update(kernel_caches(Path(scratch)))
             with os.fdopen(out_fd, "wb") as out:
                 write_frame(out, _answer(meta, job, call))
         finally:

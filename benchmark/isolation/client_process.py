@@ -60,7 +60,7 @@ from benchmark.federation.clients import ClientBatch, ClientData, client_scope, 
 from benchmark.federation.recompute import load_job
 from benchmark.isolation import wire
 from benchmark.isolation.bounds import RequestBounds
-from benchmark.isolation.sandbox import Policy, sandbox_environment
+from benchmark.isolation.sandbox import GPU_ENVIRONMENT, Policy, sandbox_environment
 from benchmark.privacy.errors import PrivacyError
 
 SHARED_ROWS_BYTES = 1 << 20  # batched rows larger than this go through shared memory
@@ -110,7 +110,7 @@ class ClientProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=output,
                 stderr=output,
-                env={**child_env(), **sandbox},
+                env={**child_env(policy is not None and policy.gpu), **sandbox},
                 process_group=0,  # stopped and continued as a whole
             )
         theirs.close()
@@ -245,15 +245,16 @@ CHILD_ENVIRONMENT_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_", "TORCH_", "FEDSYNTH_C
 CHILD_SWITCHES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
 
 
-def child_env() -> dict[str, str]:
+def child_env(gpu: bool = False) -> dict[str, str]:
     """The environment of an untrusted child: an allow-list of the parent's, and the
-    import path made absolute (the child must not depend on its working directory)."""
+    import path made absolute (the child must not depend on its working directory). A GPU
+    run's child (``gpu``, as its sandbox policy says) also keeps what CUDA needs
+    (:data:`~benchmark.isolation.sandbox.GPU_ENVIRONMENT`: its GPU, the driver's libraries)."""
+    named = CHILD_ENVIRONMENT + CHILD_SWITCHES + (GPU_ENVIRONMENT if gpu else ())
     keep = {
         key: value
         for key, value in os.environ.items()
-        if key in CHILD_ENVIRONMENT
-        or key in CHILD_SWITCHES
-        or key.startswith(CHILD_ENVIRONMENT_PREFIXES)
+        if key in named or key.startswith(CHILD_ENVIRONMENT_PREFIXES)
     }
     paths = [p or os.getcwd() for p in sys.path]
     return {**keep, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.pathsep.join(paths)}

@@ -27,7 +27,8 @@ import sys
 
 from benchmark.isolation.sandbox import die_with_parent
 
-CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER = 0x04000000, 0x08000000, 0x10000000
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 NAMESPACES = CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
 
@@ -43,6 +44,25 @@ def new_namespaces(flags: int = NAMESPACES) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     return _unshare(flags) or _unshare(flags | CLONE_NEWUSER)
+
+
+_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
+
+
+def private_shm(path: str = "/dev/shm") -> bool:
+    """Give this process (and what it starts) a ``/dev/shm`` of its own: a fresh, empty
+    tmpfs mounted there in a new mount namespace, whose mounts no longer propagate to the
+    namespace it came from. What it writes there no other process sees, and it sees nothing
+    another wrote (the host's /dev/shm is one directory for every process). False, and
+    nothing mounted, where a mount namespace cannot be made; then the caller must not grant
+    ``/dev/shm`` at all. Linux only; call it before the sandbox (which forbids mounts)."""
+    if not new_namespaces(CLONE_NEWNS):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(b"none", b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None) != 0:
+        return False
+    flags = ctypes.c_ulong(_MS_NOSUID | _MS_NODEV)
+    return libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"mode=1777") == 0
 
 
 def contain(keep_fds: tuple[int, ...] = ()) -> bool:

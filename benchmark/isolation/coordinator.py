@@ -30,6 +30,7 @@ from benchmark.isolation.client_process import LAUNCH, PRIVATE_LOG, ClientFuncti
 from benchmark.isolation.corpus import denied_paths
 from benchmark.isolation.sandbox import (
     Policy,
+    gpu_access,
     interpreter_paths,
     readable_except,
     sandbox_environment,
@@ -67,19 +68,32 @@ def policy_for(
     read_write: list[Path],
     readable: list[Path] | None = None,
     denied: tuple[Path, ...] = (),
+    gpu: bool = False,
 ) -> Policy:
     """What an untrusted process may see: the interpreter, the harness's and the method's
     code, the model caches (read-only), and its own ``read_write`` directories; never the
-    builders' raw source caches nor ``denied`` (a split's corpus, :mod:`.corpus`)."""
+    builders' raw source caches nor ``denied`` (a split's corpus, :mod:`.corpus`). A GPU
+    run's process (``gpu``: :func:`runs_on_gpu`) may also open the GPU's device nodes and
+    read the driver's state and CUDA's libraries (:func:`~.sandbox.gpu_access`)."""
     from benchmark.profiles.cache import cache_dir
 
     cache_dir().mkdir(parents=True, exist_ok=True)  # a rule needs the directory to exist
     hub = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    gpu_read, gpu_write = gpu_access() if gpu else ((), ())
     extra = tuple(readable or ())
-    readable_paths = (*interpreter_paths(), *code, cache_dir(), hub, *extra)
+    readable_paths = (*interpreter_paths(), *code, cache_dir(), hub, *extra, *gpu_read)
     denied = (*denied, cache_dir() / "sources")
     read_only, list_only = readable_except(readable_paths, denied)
-    return Policy(read_only, tuple(read_write), list_only)
+    return Policy(read_only, tuple(read_write), list_only, gpu=gpu, devices=gpu_write)
+
+
+def runs_on_gpu(profile: Any) -> bool:
+    """Whether a run is a GPU run: its resolved model profile (trusted: a built-in, or the
+    object the runner's caller passed) puts its models on CUDA. The coordinator alone
+    decides it; a method never chooses its sandbox. A profile object without
+    ``accelerator`` (a test's stand-in) runs on the CPU."""
+    accelerator = getattr(profile, "accelerator", None)
+    return accelerator is not None and accelerator() == "cuda"
 
 
 def harness_code() -> list[Path]:
@@ -114,7 +128,7 @@ class MethodProcess:
             [sys.executable, "-m", LAUNCH, "method", str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
-            env={**child_env(), **sandbox_environment(policy, tmp_dir)},
+            env={**child_env(policy.gpu), **sandbox_environment(policy, tmp_dir)},
         )
         theirs.close()
         self._sock = ours
@@ -398,7 +412,10 @@ class IsolatedLaunch:
         if not self._by_name:
             code.append(Path(sys.modules[type(profile).__module__].__file__ or "").parent)
         self.code = harness_code() + code
+        from benchmark.profiles import new_profile
         from benchmark.profiles.cache import cache_dir
+
+        self.gpu = runs_on_gpu(profile if profile is not None else new_profile(spec.profile))
 
         self.denied = denied_paths(getattr(split, "manifest", {}), cache_dir())  # its corpus
         self._worker: Any = None
@@ -471,7 +488,7 @@ class IsolatedLaunch:
         for directory in (tmp, checks):
             directory.mkdir(exist_ok=True)
         log = run_dir / PRIVATE_LOG  # its output: client code writes it (coordinator only)
-        policy = policy_for(self.code, [tmp], denied=self.denied)
+        policy = policy_for(self.code, [tmp], denied=self.denied, gpu=self.gpu)
         if self.client_actors > 0:
             from benchmark.isolation.client_shards import ShardedClients
 
@@ -481,8 +498,9 @@ class IsolatedLaunch:
         else:
             self._worker = ClientProcess(shards, policy, self.threads, tmp, log)
         command = [sys.executable, "-m", LAUNCH, "zygote"]
-        zygote_policy = policy_for(self.code, [checks], denied=self.denied)
-        set_zygote_launch((command, {**child_env(), **sandbox_environment(zygote_policy, checks)}))
+        zygote_policy = policy_for(self.code, [checks], denied=self.denied, gpu=self.gpu)
+        zygote_env = {**child_env(self.gpu), **sandbox_environment(zygote_policy, checks)}
+        set_zygote_launch((command, zygote_env))
         return self._worker
 
     def warm(self, public_start: Callable[[], Any]) -> None:
@@ -505,7 +523,7 @@ class IsolatedLaunch:
         init |= {"config": resolved.method_config, "privacy": asdict(self.spec.privacy)}
         init |= {"seed": self.spec.seed, "work_dir": str(work_dir)}
         init |= {"diagnostics_root": str(run_dir), "num_clients": pool.num_clients}
-        policy = policy_for(self.code, [work_dir, quarantine], denied=self.denied)
+        policy = policy_for(self.code, [work_dir, quarantine], denied=self.denied, gpu=self.gpu)
         public = json.dumps(self.split.records("public")).encode()
         validation = json.dumps(self.split.records("validation")).encode()
         process = MethodProcess(

@@ -24,8 +24,10 @@ import platform
 import stat
 import sys
 import sysconfig
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 # x86_64 syscall numbers and the uapi constants of <linux/landlock.h>, <linux/prctl.h>
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
@@ -61,24 +63,39 @@ class _PathBeneathAttr(ctypes.Structure):
 
 @dataclass(frozen=True)
 class Policy:
-    """What the sandboxed process may touch on disk; paths that do not exist are skipped."""
+    """What the sandboxed process may touch on disk; paths that do not exist are skipped.
+
+    ``gpu``: a GPU run's process (the trusted coordinator decides, from the run's profile:
+    :func:`benchmark.isolation.coordinator.runs_on_gpu`); the child then mounts a private
+    ``/dev/shm`` before it restricts itself, and may write there
+    (:func:`enter_sandbox_from_environment`). ``devices``: the GPU's device nodes, opened
+    read-write; unlike ``read_write`` they stay open to a nested domain
+    (:func:`restrict_further`: a recomputation runs client code on the GPU too)."""
 
     read_only: tuple[Path, ...]
     read_write: tuple[Path, ...] = ()
     list_only: tuple[Path, ...] = ()  # directories (and those beneath) that may be listed
+    gpu: bool = False
+    devices: tuple[Path, ...] = ()
 
-    def to_json(self) -> dict[str, list[str]]:
+    def to_json(self) -> dict[str, Any]:
         """The policy as a child process receives it."""
         return {
             "read_only": list(map(str, self.read_only)),
             "read_write": list(map(str, self.read_write)),
             "list_only": list(map(str, self.list_only)),
+            "gpu": self.gpu,
+            "devices": list(map(str, self.devices)),
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, list[str]]) -> Policy:
-        paths = (tuple(map(Path, data.get(key, ()))) for key in ("read_only", "read_write"))
-        return cls(*paths, tuple(map(Path, data.get("list_only", ()))))
+    def from_json(cls, data: dict[str, Any]) -> Policy:
+        read_only, read_write, list_only, devices = (
+            tuple(map(Path, data.get(key, ())))
+            for key in ("read_only", "read_write", "list_only", "devices")
+        )
+        gpu = data.get("gpu") is True
+        return cls(read_only, read_write, list_only, gpu=gpu, devices=devices)
 
 
 def _syscall(number: int, *args: object) -> int:
@@ -339,7 +356,7 @@ def restrict(policy: Policy) -> bool:
             _add_path_rule(ruleset_fd, Path(path), _FS_READ_ONLY)
         for path in policy.list_only:
             _add_path_rule(ruleset_fd, Path(path), _FS_READ_DIR)
-        for path in policy.read_write + _SINKS:
+        for path in policy.read_write + policy.devices + _SINKS:
             _add_path_rule(ruleset_fd, Path(path), attr.handled_access_fs)
         _check(
             _syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset_fd), ctypes.c_uint32(0)),
@@ -381,6 +398,61 @@ def interpreter_paths() -> tuple[Path, ...]:
     paths += [Path(e) for e in sys.path if e and _is_package_dir(Path(e))]  # '' is the cwd
     paths += [Path(p) for p in _SYSTEM_PATHS + _PROC_PATHS + _DEVICES]
     return tuple(dict.fromkeys(p for p in paths if p.exists()))
+
+
+# --- the accelerator: what a GPU run's untrusted processes may open besides -----------------
+
+DEV = Path("/dev")
+SHM = Path("/dev/shm")
+# The NVIDIA driver's device nodes besides the GPUs' own (/dev/nvidia0, ...): the control
+# node, unified memory and its tools node, the MIG capabilities. CUDA opens them read-write
+# and drives the GPU through their ioctls. Not /dev/dri (display, not compute).
+_GPU_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-caps")
+# The driver's state CUDA and NVML read (its version and parameters, the GPUs' bus ids).
+_GPU_DRIVER_STATE = (Path("/proc/driver/nvidia"),)
+# What a CUDA process needs of the coordinator's environment: which GPU is the run's (Ray
+# and the operator set it), where the driver and the toolkit's libraries are, the
+# allocator's settings. Named one by one: no ``NVIDIA_*`` prefix (NVIDIA_API_KEY is a key).
+GPU_ENVIRONMENT = (
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_HOME", "CUDA_PATH",
+    "CUDA_MODULE_LOADING", "LD_LIBRARY_PATH", "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES", "PYTORCH_CUDA_ALLOC_CONF",
+)  # fmt: skip
+
+
+def gpu_devices(dev: Path = DEV) -> tuple[Path, ...]:
+    """The NVIDIA device nodes present under ``dev``: every GPU's (which one a run uses is
+    ``CUDA_VISIBLE_DEVICES``'s choice, not a sandbox rule) and the driver's."""
+    gpus = sorted(p for p in dev.glob("nvidia*") if p.name.removeprefix("nvidia").isdigit())
+    return (*gpus, *(dev / name for name in _GPU_NODES if (dev / name).exists()))
+
+
+def gpu_library_paths(environ: Mapping[str, str], exposed: tuple[Path, ...]) -> tuple[Path, ...]:
+    """The CUDA toolkit and the directories the loader is pointed at (``CUDA_HOME``,
+    ``CUDA_PATH``, ``LD_LIBRARY_PATH``), to read: absolute entries only, and none that is
+    ``/`` or holds one of ``exposed`` (the working directory, the home directory: a loader
+    path must not open a checkout's splits and results, or a user's keys)."""
+    entries = [environ.get("CUDA_HOME", ""), environ.get("CUDA_PATH", "")]
+    entries += environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+    kept = []
+    for entry in entries:
+        if not entry or not os.path.isabs(entry):
+            continue
+        path = Path(os.path.realpath(entry))
+        held = (Path(os.path.realpath(e)) for e in exposed)
+        if path != Path("/") and not any(path == e or path in e.parents for e in held):
+            kept.append(Path(entry))
+    return tuple(dict.fromkeys(kept))
+
+
+def gpu_access(
+    environ: Mapping[str, str] = os.environ, dev: Path = DEV
+) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """What a GPU run's untrusted process may read, and open read-write, beyond a CPU
+    run's: the driver's state and the CUDA libraries; the device nodes. ``/dev/shm`` is not
+    among them: the child mounts a private one (:func:`enter_sandbox_from_environment`)."""
+    exposed = (Path.cwd(), Path.home())
+    return (*_GPU_DRIVER_STATE, *gpu_library_paths(environ, exposed)), gpu_devices(dev)
 
 
 def readable_except(
@@ -445,6 +517,8 @@ def enter_sandbox_from_environment() -> bool:
     os.environ["TMPDIR"] = data["tmp_dir"]
     import_top_level_packages()
     policy = Policy.from_json(data)
+    if policy.gpu:
+        policy = _with_gpu_scratch(policy, Path(data["tmp_dir"]))
     landlock = restrict(policy)
     deny_shared_kernel_objects()
     applied_policy = policy if landlock else None
@@ -454,11 +528,32 @@ def enter_sandbox_from_environment() -> bool:
 applied_policy: Policy | None = None  # what enter_sandbox_from_environment applied here
 
 
+def kernel_caches(scratch: Path) -> dict[str, str]:
+    """Where Triton and CUDA cache compiled kernels, in a GPU run's process: its own
+    scratch (their defaults are under the home directory, which it cannot write)."""
+    return {"TRITON_CACHE_DIR": str(scratch / "triton"), "CUDA_CACHE_PATH": str(scratch / "cuda")}
+
+
+def _with_gpu_scratch(policy: Policy, tmp_dir: Path) -> Policy:
+    """A GPU run's process: ``/dev/shm`` writable where it is this process's own (a fresh
+    tmpfs in a mount namespace of its own; never the host's, which every process shares),
+    and the kernel caches of Triton and CUDA in its scratch directory (their defaults are
+    under the home directory, which the sandbox does not let it write)."""
+    from benchmark.isolation.containment import private_shm
+
+    os.environ.update(kernel_caches(tmp_dir))
+    if not private_shm():
+        return policy
+    return replace(policy, read_write=(*policy.read_write, SHM))
+
+
 def restrict_further(read_write: tuple[Path, ...]) -> bool:
     """Narrow this process's sandbox (a nested Landlock domain, inherited by its children):
-    the same reads as :data:`applied_policy`, writes only beneath ``read_write``, and no
-    signal to any process outside the new domain. False where no sandbox was applied."""
+    the same reads and devices as :data:`applied_policy` (a GPU run's), writes only beneath
+    ``read_write`` (not its ``/dev/shm``, which every call of this domain would share), and
+    no signal to any process outside the new domain. False where no sandbox was applied."""
     if applied_policy is None:
         return False
     read_only, list_only = applied_policy.read_only, applied_policy.list_only
-    return restrict(Policy(read_only, tuple(read_write), list_only))
+    devices = applied_policy.devices
+    return restrict(Policy(read_only, tuple(read_write), list_only, devices=devices))

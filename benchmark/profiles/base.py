@@ -87,6 +87,17 @@ class MaskedFiller(ABC):
         """Return one variation per text with ``mask_fraction`` of its tokens re-filled."""
 
 
+@dataclass(frozen=True)
+class TrainingMemory:
+    """How the harness fits a training batch in memory on a profile's hardware: parts of
+    ``micro_batch_size`` examples whose gradients are accumulated (0: the whole batch at
+    once), and gradient checkpointing. They change how a batch is computed, not what: the
+    loss and its gradient are the whole batch's (up to float rounding)."""
+
+    micro_batch_size: int = 0
+    gradient_checkpointing: bool = False
+
+
 class ModelProfile(ABC):
     """Bundle of the models of one profile; each is built on first use and cached."""
 
@@ -137,6 +148,18 @@ class ModelProfile(ABC):
     @abstractmethod
     def describe(self) -> dict[str, str]:
         """Model ids/revisions recorded in result records."""
+
+    def training_memory(self) -> TrainingMemory:
+        """How SFT and DPO of this profile's models fit their batches in memory (the
+        downstream policy's alignment, PE+SFT's fine-tune); a spec's ``alignment`` settings
+        override it. Default: whole batches, no checkpointing."""
+        return TrainingMemory()
+
+    def accelerator(self) -> str | None:
+        """The accelerator this profile's models run on (``"cuda"``), None on the CPU. The
+        trusted coordinator reads it to open a run's sandboxes to the GPU (a GPU run:
+        docs/architecture.md, "A GPU shared with untrusted code"); a method never sets it."""
+        return None
 
     def build_caches(self, roles: Iterable[str]) -> None:
         """Resolve the models of ``roles`` (names in :data:`~benchmark.profiles.roles.ROLES`)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from benchmark.profiles.base import Generator, ModelProfile
+from benchmark.profiles.base import Generator, ModelProfile, TrainingMemory
 from benchmark.profiles.embedders import SentenceTransformerEmbedder
 from benchmark.profiles.fillers import MLMFiller
 from benchmark.profiles.hf_generator import HFGenerator
@@ -203,6 +203,15 @@ class PaperProfile(ModelProfile):
         uses, and two vLLM engines or ~37 GB of weights in the coordinator would only
         take the memory the run needs."""
         fetch(self.hub_models(roles))
+
+    def accelerator(self) -> str | None:
+        return "cuda" if _device() == "cuda" else None
+
+    def training_memory(self) -> TrainingMemory:
+        """Paper 003 aligns Pythia-2.8B at batch 64 and PE+SFT fine-tunes the 8B generator
+        at batch 24: their full-vocabulary logits and activations are computed 8 examples
+        at a time, with gradient checkpointing (a choice, not yet measured on a GPU)."""
+        return TrainingMemory(micro_batch_size=8, gradient_checkpointing=True)
 
     def describe(self) -> dict[str, str]:
         m = self.models
