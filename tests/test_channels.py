@@ -305,7 +305,7 @@ def test_a_daemon_dies_when_the_operator_kills_the_coordinator(tmp_path, signal_
     tag = f"fedsynth-daemon-{tmp_path.name}"
     child = (
         "import sys, time; sys.path.insert(0, sys.argv[1]); import adversaries\n"
-        "from benchmark.isolation.sandbox import die_with_parent\n"
+        "from benchmark.isolation.containment import die_with_parent\n"
         "from benchmark.isolation.containment import contain\n"
         "die_with_parent(); assert contain()\n"
         "adversaries.daemonise(sys.argv[2]); print('ready', flush=True); time.sleep(300)\n"

@@ -249,7 +249,7 @@ def test_an_untrusted_child_dies_with_its_parent(tmp_path: Path) -> None:
     parent = """
     import subprocess, sys, time
     child = subprocess.Popen([sys.executable, "-c", (
-        "import time; from benchmark.isolation.sandbox import die_with_parent; "
+        "import time; from benchmark.isolation.containment import die_with_parent; "
         "die_with_parent(); print('tied', flush=True); time.sleep(60)"
     )], stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline().strip() == "tied"

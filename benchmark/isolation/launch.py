@@ -35,8 +35,8 @@ NO_NAMESPACES = (
 
 
 def main() -> None:
-    from benchmark.isolation.containment import contain
-    from benchmark.isolation.sandbox import die_with_parent, enter_sandbox_from_environment
+    from benchmark.isolation.containment import contain, die_with_parent
+    from benchmark.isolation.sandbox import enter_sandbox_from_environment
 
     role, fds = sys.argv[1], [int(fd) for fd in sys.argv[2:]]
     die_with_parent()

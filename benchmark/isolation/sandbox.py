@@ -34,7 +34,6 @@ _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS = 38
-_PR_SET_PDEATHSIG = 1
 
 _FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
 _FS_REFER, _FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
@@ -170,23 +169,6 @@ def _add_path_rule(ruleset_fd: int, path: Path, access: int) -> None:
         )
     finally:
         os.close(fd)
-
-
-def die_with_parent() -> None:
-    """Have the kernel kill this process (SIGKILL) when its parent ends, so an untrusted
-    child of a coordinator that crashed or was killed does not run on, unwatched, on the
-    host; exits at once if the parent ended while the tie was being made. A parent that
-    ended before this process read its pid is not caught (the window is the interpreter's
-    start-up; the child then ends at its next read of the parent's socket). Linux only."""
-    if not sys.platform.startswith("linux"):
-        return
-    parent = os.getppid()
-    libc = ctypes.CDLL(None, use_errno=True)
-    args = (ctypes.c_ulong(v) for v in (9, 0, 0, 0))  # SIGKILL
-    if libc.prctl(ctypes.c_int(_PR_SET_PDEATHSIG), *args) != 0:
-        _check(-ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
-    if os.getppid() != parent:
-        os._exit(1)
 
 
 def _no_new_privs() -> None:
