@@ -33,7 +33,7 @@ from leaderboard.tables import (
     format_epsilon,
     format_interval,
     format_share,
-    headline_metric,
+    headline_metrics,
     metric_label,
     role_of,
 )
@@ -360,11 +360,13 @@ def _page(
     sections = []
     for split in sorted({r.split for r in rows}):
         split_rows = [r for r in rows if r.split == split]
-        shown = metric or headline_metric(split_rows, split)
+        shown = [metric] if metric else headline_metrics(split_rows, split)
         sections.append(
             _split_header(split, manifests.get(split))
-            + _headline_table(split, split_rows, shown, links)
-            + _plot(split, split_rows, shown)
+            + "".join(
+                _headline_table(split, split_rows, m, links) + _plot(split, split_rows, m)
+                for m in shown
+            )
             + _audit_table(split, split_rows)
         )
     lead = (

@@ -67,7 +67,7 @@ def show(
     """Print methods × ε tables like the papers': mean ± 95% CI over seeds, gap closed, the
     best ranked method per column in bold (bounds and controls are marked, not ranked)."""
     from leaderboard.store import query_with
-    from leaderboard.tables import build_table, render_text
+    from leaderboard.tables import build_table, headline_metrics, render_text
 
     rows = query_with(
         Path(results_dir),
@@ -78,7 +78,11 @@ def show(
     )
     if not rows:
         raise click.ClickException(f"no leaderboard entries under {results_dir}")
-    tables = [build_table(rows, split, metric) for split in sorted({r.split for r in rows})]
+    tables = [
+        build_table(rows, split, shown)
+        for split in sorted({r.split for r in rows})
+        for shown in ([metric] if metric else headline_metrics(rows, split))
+    ]
     tables = [t for t in tables if t.methods]
     if not tables:
         raise click.ClickException(f"no entry has metric {metric or 'a headline metric'!r}")

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from benchmark.evaluation.judge_templates import JudgeTemplate, get_template
-from benchmark.profiles.base import Generator
+from benchmark.profiles.base import Generator, ModelProfile
 
 
 class Judge(ABC):
@@ -243,10 +243,24 @@ class HTTPJudge(VerdictJudge):
 GENERATOR_JUDGES = ("loglik", "pmi", "llm")
 
 
+def judge_generator(spec: dict[str, Any], profile: ModelProfile) -> Generator | None:
+    """The language model a log-probability judge reads: ``spec["lm"]`` (a name in
+    :data:`benchmark.profiles.cpu.JUDGE_LMS`) when given, else ``profile``'s generator;
+    None for the judges that read none."""
+    if spec.get("type", "loglik") not in GENERATOR_JUDGES:
+        return None
+    if "lm" in spec:
+        from benchmark.profiles.cpu import judge_lm
+
+        return judge_lm(str(spec["lm"]))
+    return profile.generator()
+
+
 def make_judge(spec: dict[str, Any], generator: Generator | None, seed: int) -> Judge:
     """Build a judge from ``{"type": "loglik" | "pmi" | "reward_model" | "llm" | "http", ...}``."""
     options = dict(spec)
     kind = options.pop("type", "loglik")
+    options.pop("lm", None)  # which LM ``generator`` is: see judge_generator
     if kind in GENERATOR_JUDGES and generator is None:
         raise ValueError(f"judge {kind!r} needs the profile's generator")
     if kind == "loglik":
