@@ -269,10 +269,10 @@ PREFERENCE_PRIVACY = {m: {"unit": "sample"} for m in PREFERENCE_METHODS}
 
 # The offline judge of the preference track: context PMI, log p(r|x) − log p(r|"Human:"),
 # under Gemma 3 270M, a model no policy starts from (every policy starts from SmolLM2, whose
-# greedy replies maximise SmolLM2's own likelihood, so a SmolLM2 judge favours the base
-# model). It passed the gate of benchmarks/judge_agreement.py on the public pairs (human vs
-# human and base model vs human; docs/measurements/judge_agreement.json). Not comparable
-# with paper 003's GPT-4o.
+# greedy replies climb SmolLM2's own likelihood, so a SmolLM2 judge favours the base model).
+# Its gate (benchmarks/judge_agreement.py, 100 public pairs, docs/measurements/
+# judge_agreement.json): human vs human 79 %, base model vs human 60 %, short of the 70 %
+# bar on the second (SmolLM2's PMI: 71 % and 32 %). Not comparable with paper 003's GPT-4o.
 PREFERENCE_JUDGE = {"type": "pmi", "null_prompt": "\n\nHuman: ", "lm": "gemma-3-270m"}
 # The tests' suite scores with the tiny profile's own generator: it checks the plumbing,
 # not the judge.
