@@ -90,8 +90,9 @@ class ContextPMIJudge(ScoreJudge):
     human replies), and every aligning step away from the start costs score. Under a model
     no policy starts from (``lm`` in the spec: Gemma 3 270M for the ``prefs`` track) the
     base model's decoding climbs nothing the judge reads, so its replies get no built-in
-    advantage over human ones; that they then score below the human replies is measured,
-    not assumed (``benchmarks/judge_agreement.py``: model-vs-human agreement).
+    advantage over human ones; whether they then score below the human replies is
+    measured, not assumed (``benchmarks/judge_agreement.py``, model vs human on 100 public
+    pairs: 60 % of them lose under Gemma, 32 % under SmolLM2; the gate asks 70 %).
     """
 
     name = "pmi"
