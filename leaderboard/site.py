@@ -34,7 +34,7 @@ from leaderboard.tables import (
     format_epsilon,
     format_interval,
     format_share,
-    headline_metric,
+    headline_metrics,
     metric_label,
     role_of,
 )
@@ -390,12 +390,14 @@ def _page(
     sections = []
     for split in sorted({r.split for r in rows}):
         split_rows = [r for r in rows if r.split == split]
-        shown = metric or headline_metric(split_rows, split)
+        shown = [metric] if metric else headline_metrics(split_rows, split)
         sections.append(
             _split_header(split, manifests.get(split))
-            + _headline_table(split, split_rows, shown, links)
-            + _contrasts(track, split_rows, shown)
-            + _plot(split, split_rows, shown)
+            + "".join(
+                _headline_table(split, split_rows, m, links) + _plot(split, split_rows, m)
+                for m in shown
+            )
+            + _contrasts(track, split_rows, shown[0])
             + _audit_table(split, split_rows)
         )
     lead = (

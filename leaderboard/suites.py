@@ -291,26 +291,33 @@ BENCH_SELECTED: dict[str, dict[float, dict[str, Any]]] = {}
 # The preference track (paper 003): the offline chitchat preference pairs (a reply a person
 # wrote, preferred over a same-topic reply from another conversation; one tuple per privacy
 # unit, as the paper's Def. 3.1), the ε = 0 base model, DPPrefSyn and DP-FT. Every release
-# aligns the profile's generator (SFT + DPO) and is scored by win rate against the test
-# tuples' chosen replies (the offline log-likelihood judge: not comparable with paper 003's
-# GPT-4o numbers), the policy's reward accuracy and PREMIA membership inference.
+# aligns the profile's preference policy (SFT + DPO) and is scored by win rate against the
+# test tuples' chosen replies (an offline judge, :data:`PREFERENCE_JUDGE`), the policy's
+# reward accuracy (the co-headline) and PREMIA membership inference.
 PREFERENCE_METHODS = ("base_model", "dpprefsyn", "dp_ft")
 PREFERENCE_PRIVACY = {m: {"unit": "sample"} for m in PREFERENCE_METHODS}
 
 
-# The offline judge of the preference suites: context PMI under the profile's generator,
-# the judge that agreed most with the human choice on chitchat_prefs' public pairs (74 %,
-# against 58 % for loglik and 55 % for the llm verdict; benchmark.evaluation.judges). The
-# null context is the opening of an HH-format prompt. Not comparable with paper 003's GPT-4o.
-PREFERENCE_JUDGE = {"type": "pmi", "null_prompt": "\n\nHuman: "}
+# The offline judge of the preference track: context PMI, log p(r|x) − log p(r|"Human:"),
+# under Gemma 3 270M, a model no policy starts from (every policy starts from SmolLM2, whose
+# greedy replies climb SmolLM2's own likelihood, so a SmolLM2 judge favours the base model).
+# Its gate (measurements/judge_agreement.py, 100 public pairs, docs/measurements/
+# judge_agreement.json): human vs human 79 %, base model vs human 60 %, short of the 70 %
+# bar on the second (SmolLM2's PMI: 71 % and 32 %). Not comparable with paper 003's GPT-4o.
+PREFERENCE_JUDGE = {"type": "pmi", "null_prompt": "\n\nHuman: ", "lm": "gemma-3-270m"}
+# The tests' suite scores with the tiny profile's own generator: it checks the plumbing,
+# not the judge.
+TINY_PREFERENCE_JUDGE = {"type": "pmi", "null_prompt": "\n\nHuman: "}
 
 
-def preference_metrics(prompts: int, audit: int, tokens: int) -> tuple[dict[str, Any], ...]:
-    """Win rate on ``prompts`` test prompts (answers of ``tokens`` tokens), reward accuracy
-    and PREMIA on ``audit`` tuples (responses cut to ``tokens``, as in the alignment), and
-    the canary audit (canary tuples scored by the policy's margin)."""
+def preference_metrics(
+    prompts: int, audit: int, tokens: int, judge: dict[str, Any]
+) -> tuple[dict[str, Any], ...]:
+    """Win rate under ``judge`` on ``prompts`` test prompts (answers of ``tokens`` tokens),
+    reward accuracy and PREMIA on ``audit`` tuples (responses cut to ``tokens``, as in the
+    alignment), and the canary audit (canary tuples scored by the policy's margin)."""
     audited = {"n": audit, "max_completion_tokens": tokens}
-    judged = {"n_prompts": prompts, "max_new_tokens": tokens, "judge": PREFERENCE_JUDGE}
+    judged = {"n_prompts": prompts, "max_new_tokens": tokens, "judge": judge}
     return (
         {"name": "win_rate", "settings": judged},
         {"name": "reward_accuracy", "settings": audited},
@@ -344,6 +351,10 @@ PREFS_PARAMS = {
     "dpprefsyn": {"public_prompts": 300, "max_new_tokens": 48},
     "dp_ft": {"max_completion_tokens": 48},
 }
+# Seven seeds: the smallest n whose 95 % t-interval over seeds is at most ±5 points at the
+# pooled seed-to-seed std of the 3-seed grid (win rate 4.8 points → 7 seeds; reward
+# accuracy 2.9 → 4, its noisiest cell 4.9 → 7; measurements/prefs_seed_count.py).
+PREFS_SEEDS = tuple(range(7))
 TINY_ALIGNMENT = {"sft_lr": 1e-3, "dpo_lr": 1e-3, "batch_size": 8, "max_completion_tokens": 16}
 
 # Paper 001 (fed_ctg, two-stage control-code generation) as its variants table: Pre., the
@@ -490,8 +501,10 @@ SUITES = {
         profile="cpu",
         epsilons=(1.0, 4.0, math.inf),
         delta=1e-5,
-        seeds=(0, 1, 2),
-        metrics=preference_metrics(100, 300, CPU_ALIGNMENT["max_completion_tokens"]),
+        seeds=PREFS_SEEDS,
+        metrics=preference_metrics(
+            100, 300, CPU_ALIGNMENT["max_completion_tokens"], PREFERENCE_JUDGE
+        ),
         methods=PREFERENCE_METHODS,
         method_params=PREFS_PARAMS,
         method_privacy=PREFERENCE_PRIVACY,
@@ -534,7 +547,7 @@ SUITES = {
         epsilons=(4.0,),
         delta=1e-5,
         seeds=(0,),
-        metrics=preference_metrics(8, 100, 16),
+        metrics=preference_metrics(8, 100, 16, TINY_PREFERENCE_JUDGE),
         methods=PREFERENCE_METHODS,
         method_privacy=PREFERENCE_PRIVACY,
         downstream={"alignment": TINY_ALIGNMENT},

@@ -30,6 +30,10 @@ HEADLINES = (
     "in_vocab.top1_llm_tokens",
     "mauve.mauve",
 )
+# Shown beside a headline, each as a table of its own: paper 003's reward accuracy reads
+# the aligned policy's implicit reward on held-out human pairs, no judge in between, so a
+# preference split leads with both it and the judge's win rate (issue 35).
+CO_HEADLINES = {"win_rate.win_rate": ("reward_accuracy.accuracy",)}
 BOUND_METHODS = {"public_only": 0.0, "nonprivate": math.inf}
 ROLE_ORDER = {"bound": 0, "control": 1, "method": 2}
 # A cell with fewer seeds is shown, marked, and never ranked: one seed says nothing about
@@ -74,6 +78,14 @@ def headline_metric(rows: Sequence[Row], split: str) -> str:
     """The metric ``split``'s table leads with (see :data:`HEADLINES`)."""
     names = {name for r in rows if r.split == split for name in r.entry["metrics"]}
     return next((m for m in HEADLINES if m in names), DEFAULT_METRIC)
+
+
+def headline_metrics(rows: Sequence[Row], split: str) -> list[str]:
+    """The headline metric of ``split`` and the co-headlines (:data:`CO_HEADLINES`) its
+    entries have, in the order their tables are shown."""
+    first = headline_metric(rows, split)
+    names = {name for r in rows if r.split == split for name in r.entry["metrics"]}
+    return [first, *(m for m in CO_HEADLINES.get(first, ()) if m in names)]
 
 
 def metric_label(metric: str) -> str:

@@ -19,6 +19,7 @@ from benchmark.evaluation.judges import (
     LogLikelihoodJudge,
     RewardModelJudge,
     VerdictJudge,
+    judge_generator,
     make_judge,
 )
 
@@ -145,6 +146,18 @@ def test_pmi_judge_scores_what_the_prompt_adds_to_the_response(profile):
     assert judge.score(prompts, responses)[0] != judge.score(prompts, responses)[1]
     assert judge.score(["\n\nHuman: "], [" the mat."])[0] == pytest.approx(0.0, abs=1e-9)
     assert make_judge({"type": "pmi"}, gen, 0).settings() == {"judge": "pmi", "null_prompt": ""}
+
+
+def test_a_judge_reads_the_named_model_or_else_the_profiles_generator(profile):
+    """``lm`` picks a judge LM by name (never silently the profile's own); judges that
+    read no LM get none."""
+    assert judge_generator({"type": "pmi"}, profile) is profile.generator()
+    assert judge_generator({"type": "http", "url": "u", "model": "m"}, profile) is None
+    with pytest.raises(ValueError, match="unknown judge model 'smollm2'"):
+        judge_generator({"type": "pmi", "lm": "smollm2"}, profile)
+    gen = profile.generator()
+    judge = make_judge({"type": "pmi", "null_prompt": "x", "lm": "gemma-3-270m"}, gen, 0)
+    assert isinstance(judge, ContextPMIJudge) and judge.generator is gen
 
 
 def test_batched_logprobs_equal_one_row_at_a_time(profile):

@@ -405,6 +405,29 @@ def test_an_entry_whose_canary_audit_refutes_its_epsilon_is_flagged(tmp_path):
     assert "flagged" not in _audit_table("toy", [replace(row, entry=honest)])
 
 
+def test_a_preference_split_shows_reward_accuracy_beside_the_win_rate(tmp_path):
+    """Reward accuracy (no judge between it and the policy) is a co-headline of the win
+    rate: the site and ``leaderboard show`` give each its own table; a split without it
+    shows the headline alone."""
+    from leaderboard.tables import headline_metrics
+
+    records = fake_records(tmp_path, 1.0, seeds=(0, 1))
+    for record, rate, acc in zip(records, (0.4, 0.6), (0.55, 0.65), strict=True):
+        record["metrics"] = {"win_rate.win_rate": rate, "reward_accuracy.accuracy": acc}
+    entry = build_entry(records, "lb-0123456789")
+    prefs = Row("lb-0123456789", "prefs", entry["method"]["name"], 1.0, 1.0, "formal", "p", entry)
+    assert headline_metrics([prefs], "prefs") == ["win_rate.win_rate", "reward_accuracy.accuracy"]
+    alone = json.loads(json.dumps(entry))
+    del alone["metrics"]["reward_accuracy.accuracy"]
+    assert headline_metrics([replace(prefs, entry=alone)], "prefs") == ["win_rate.win_rate"]
+    root = tmp_path / "results"
+    publish(root, entry)
+    write_manifest(root, "lb-0123456789", entry["split"]["name"], entry["split"] | {"version": "v"})
+    page = write_site(root, tmp_path / "site").read_text()
+    assert "win rate vs test chosen ↑ (mean ± 95% CI)" in page
+    assert "reward accuracy ↑ (mean ± 95% CI)" in page and "0.6000" in page
+
+
 def test_each_split_leads_with_its_own_headline_metric(tmp_path):
     """A preference split (paper 003) has no next-token accuracy: its table and plot lead
     with the win rate; a text split keeps next-token top-1; --metric overrides both."""

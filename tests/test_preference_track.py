@@ -188,3 +188,15 @@ def test_head_to_head_compares_two_releases_policies_on_the_same_prompts(tmp_pat
     # the same (base) policy on both sides: every answer ties
     assert out["metrics"]["win_rate"] == {"win_rate": 0.5, "ties": 5.0, "n": 5.0}
     assert out["settings"]["win_rate"]["against"] == str(tmp_path / "other.json")
+
+
+def test_the_prefs_judge_shares_no_weights_with_the_policies_start():
+    """Every cpu policy starts from SmolLM2 (``CpuProfile.preference_policy``), whose greedy
+    replies maximise SmolLM2's likelihood: the track's judge must be another model."""
+    from benchmark.profiles.cpu import JUDGE_LMS, SMOLLM2
+    from leaderboard.suites import SUITES
+
+    (win_rate,) = [m for m in SUITES["prefs"].metrics if m["name"] == "win_rate"]
+    judge = JUDGE_LMS[win_rate["settings"]["judge"]["lm"]]
+    assert judge is not SMOLLM2 and judge.label != SMOLLM2.label
+    assert judge.load is not SMOLLM2.load

@@ -11,7 +11,10 @@ A judge answers, for each (prompt, response A, response B), 1.0 if A is better, 
   which a fluent off-topic reply lacks) and ``reward_model`` (a local sequence-
   classification model). On the ``chitchat_prefs`` public pairs (300, SmolLM2-135M as
   judge) the human-preferred reply wins 74 % under ``pmi``, 58 % under ``loglik`` and 55 %
-  under ``llm`` (both templates): ``pmi`` is the ``cpu`` suites' offline judge;
+  under ``llm`` (both templates). A score judge reads the profile's generator unless its
+  spec names another LM (``lm``, see :func:`judge_generator`): the ``prefs`` track's judge
+  is ``pmi`` under Gemma 3 270M, a model no policy starts from (why:
+  :class:`ContextPMIJudge`; its gate: ``measurements/judge_agreement.py``);
 - verdict judges read both responses in one prompt and answer "A" or "B": ``llm`` (a local
   LLM, by comparing the log-probabilities of answering A and B) and ``http`` (any
   OpenAI-compatible chat-completions endpoint). Their A/B order is randomised per item with
@@ -31,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from benchmark.evaluation.judge_templates import JudgeTemplate, get_template
-from benchmark.profiles.base import Generator
+from benchmark.profiles.base import Generator, ModelProfile
 
 
 class Judge(ABC):
@@ -78,6 +81,18 @@ class ContextPMIJudge(ScoreJudge):
 
     Why: a likelihood judge prefers whatever its model finds fluent (its own greedy text
     above all), whatever the prompt; the difference keeps only what the prompt explains.
+
+    Why its ``generator`` must share no weights with the policies it judges: greedy decoding
+    picks, token by token, the policy's likeliest continuation of the prompt, i.e. it climbs
+    the first term of this score when the judge *is* the policy's starting model. Such a
+    judge rates the untouched base model's greedy replies above what people wrote by
+    construction (SmolLM2 judging SmolLM2's policies: the base model won 77 % against the
+    human replies), and every aligning step away from the start costs score. Under a model
+    no policy starts from (``lm`` in the spec: Gemma 3 270M for the ``prefs`` track) the
+    base model's decoding climbs nothing the judge reads, so its replies get no built-in
+    advantage over human ones; whether they then score below the human replies is
+    measured, not assumed (``measurements/judge_agreement.py``, model vs human on 100 public
+    pairs: 60 % of them lose under Gemma, 32 % under SmolLM2; the gate asks 70 %).
     """
 
     name = "pmi"
@@ -243,10 +258,24 @@ class HTTPJudge(VerdictJudge):
 GENERATOR_JUDGES = ("loglik", "pmi", "llm")
 
 
+def judge_generator(spec: dict[str, Any], profile: ModelProfile) -> Generator | None:
+    """The language model a log-probability judge reads: ``spec["lm"]`` (a name in
+    :data:`benchmark.profiles.cpu.JUDGE_LMS`) when given, else ``profile``'s generator;
+    None for the judges that read none."""
+    if spec.get("type", "loglik") not in GENERATOR_JUDGES:
+        return None
+    if "lm" in spec:
+        from benchmark.profiles.cpu import judge_lm
+
+        return judge_lm(str(spec["lm"]))
+    return profile.generator()
+
+
 def make_judge(spec: dict[str, Any], generator: Generator | None, seed: int) -> Judge:
     """Build a judge from ``{"type": "loglik" | "pmi" | "reward_model" | "llm" | "http", ...}``."""
     options = dict(spec)
     kind = options.pop("type", "loglik")
+    options.pop("lm", None)  # which LM ``generator`` is: see judge_generator
     if kind in GENERATOR_JUDGES and generator is None:
         raise ValueError(f"judge {kind!r} needs the profile's generator")
     if kind == "loglik":

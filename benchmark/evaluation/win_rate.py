@@ -5,8 +5,10 @@ template when it has one, via the profiles' ``HFGenerator``); the judge compares
 answer (as A) with the record's ``chosen`` response (as B); the win rate is the mean verdict
 (ties count one half). A preference release is scored through the policy the evaluator
 aligns on it (SFT + DPO of the profile's ``preference_policy``: ``EvalContext.policy``); a
-released model is scored as it is. The judges that read log-probabilities use the profile's
-generator (the stand-in for paper 003's GPT-4o), never the policy being judged.
+released model is scored as it is. The judges that read log-probabilities use the language
+model the judge spec names (``lm``: one no policy starts from, e.g. Gemma 3 270M for the
+``prefs`` track) or else the profile's generator (the stand-in for paper 003's GPT-4o),
+never the policy being judged.
 
 Head to head (paper 003 Table 15): with ``against`` = another run's ``artifact.json``, B is
 that release's policy's greedy answer to the same prompt instead of the reference.
@@ -19,7 +21,7 @@ from typing import Any
 
 from benchmark.artifact import Artifact
 from benchmark.evaluation.base import EvalContext, Metric, MetricNotApplicable
-from benchmark.evaluation.judges import GENERATOR_JUDGES, VerdictJudge, make_judge
+from benchmark.evaluation.judges import VerdictJudge, judge_generator, make_judge
 from benchmark.evaluation.sampling import shuffled_subset
 from benchmark.profiles.base import SamplingParams
 from benchmark.profiles.hf_generator import HFGenerator
@@ -90,10 +92,7 @@ class WinRate(Metric):
             references = [str(r[self.reference_field]) for r in chosen]
         else:  # head to head: the other release's policy answers the same prompts
             references = self._answers(Artifact.load(Path(self.against)), ctx, prompts)
-        needs_generator = self.judge_spec.get("type", "loglik") in GENERATOR_JUDGES
-        judge = make_judge(
-            self.judge_spec, ctx.profile.generator() if needs_generator else None, ctx.seed
-        )
+        judge = make_judge(self.judge_spec, judge_generator(self.judge_spec, ctx.profile), ctx.seed)
         self.record(**{f"judge_{k}": v for k, v in judge.settings().items()})
         verdicts = judge.compare(prompts, answers, references)
         result = {

@@ -183,7 +183,7 @@ def clipped_row_sum(rows: np.ndarray, clip_norm: float) -> np.ndarray:
     """Sum of the rows, each scaled to L2 norm at most ``clip_norm``: one pass for the norms
     (which also catches non-finite values) and one matrix-vector product. The mechanism's
     clipping, for every release of the pool (and for measurements that must clip as it
-    does, e.g. ``benchmarks/popri_standardisation.py``)."""
+    does, e.g. ``measurements/popri_standardisation.py``)."""
     norms = np.linalg.norm(rows, axis=1)
     if not np.all(np.isfinite(norms)):
         raise PrivacyError("a client-side function returned a non-finite value")

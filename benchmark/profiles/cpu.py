@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any
 
 from benchmark.profiles import gemma, smollm2
@@ -81,6 +81,22 @@ def _hf_generator(packaged: PackagedGenerator) -> HFGenerator:
     # Batch 64: decode steps are small matmuls, so rows come almost free up to here
     # (measurements/bench_generation.py: ~1.4x the texts/s of batch 32, none more at 128).
     return HFGenerator(model, tokenizer, packaged.label, batch_size=64, fast_sampling=True)
+
+
+# Language models a log-probability judge may read instead of the profile's generator
+# (``{"type": "pmi", "lm": ...}``): weights that no preference policy starts from.
+JUDGE_LMS = {"gemma-3-270m": GEMMA}
+
+
+@cache
+def judge_lm(name: str) -> HFGenerator:
+    """The named :data:`JUDGE_LMS` model as a judge, loaded once per process. Batch 8: a
+    judge keeps vocabulary-wide logits (262,144 for Gemma) at every scored position."""
+    if name not in JUDGE_LMS:
+        raise ValueError(f"unknown judge model {name!r}; expected one of {sorted(JUDGE_LMS)}")
+    packaged = JUDGE_LMS[name]
+    model, tokenizer = packaged.load()
+    return HFGenerator(model, tokenizer, packaged.label, batch_size=8)
 
 
 class CpuProfile(ModelProfile):

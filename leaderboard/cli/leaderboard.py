@@ -69,7 +69,7 @@ def show(
     With no --version and no --dataset: every track's headline table, each under a line
     saying what it measures, its split and its privacy unit."""
     from leaderboard.store import query_with
-    from leaderboard.tables import build_table, render_text
+    from leaderboard.tables import build_table, headline_metrics, render_text
 
     bold = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("*", "*")
     if version is None and dataset is None and not as_json:
@@ -89,7 +89,11 @@ def show(
     )
     if not rows:
         raise click.ClickException(f"no leaderboard entries under {results_dir}")
-    tables = [build_table(rows, split, metric) for split in sorted({r.split for r in rows})]
+    tables = [
+        build_table(rows, split, shown)
+        for split in sorted({r.split for r in rows})
+        for shown in ([metric] if metric else headline_metrics(rows, split))
+    ]
     tables = [t for t in tables if t.methods]
     if not tables:
         raise click.ClickException(f"no entry has metric {metric or 'a headline metric'!r}")

@@ -101,7 +101,7 @@ def quickstart(
     and write the static site."""
     from leaderboard.site import write_site
     from leaderboard.store import query_with
-    from leaderboard.tables import build_table, render_text
+    from leaderboard.tables import build_table, headline_metrics, render_text
 
     began = time.perf_counter()
     entries = run_with_progress(suite_name, None, results, runs, splits)
@@ -109,7 +109,8 @@ def quickstart(
     yours = {"yours": Path(results)}
     rows = query_with(Path(published), yours, version=version)
     for split in sorted({r.split for r in rows}):
-        click.echo(render_text(build_table(rows, split), ("*", "*")))
+        for metric in headline_metrics(rows, split):
+            click.echo(render_text(build_table(rows, split, metric), ("*", "*")))
     index = write_site(Path(published), Path(site_dir), shown=version, others=yours)
     click.echo(f"site: {index}")
     click.echo(f"quickstart finished in {time.perf_counter() - began:.0f} s")
