@@ -494,7 +494,7 @@ def _overview(views: Sequence[TrackView]) -> str:
         metric = ""
         if view.rows:
             split = sorted({r.split for r in view.rows})[0]
-            metric = metric_label(headline_metric(view.rows, split))
+            metric = metric_label(headline_metrics(view.rows, split)[0])
         body.append(
             f"<tr><td class='track'>{title}<br><span class='hash'>"
             f"{_text(view.version or '')}</span></td>"

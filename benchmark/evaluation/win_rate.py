@@ -21,7 +21,12 @@ from typing import Any
 
 from benchmark.artifact import Artifact
 from benchmark.evaluation.base import EvalContext, Metric, MetricNotApplicable
-from benchmark.evaluation.judges import VerdictJudge, judge_generator, make_judge
+from benchmark.evaluation.judges import (
+    GENERATOR_JUDGES,
+    VerdictJudge,
+    judge_generator,
+    make_judge,
+)
 from benchmark.evaluation.sampling import shuffled_subset
 from benchmark.profiles.base import SamplingParams
 from benchmark.profiles.hf_generator import HFGenerator
@@ -35,13 +40,14 @@ class WinRate(Metric):
 
     @classmethod
     def models_for(cls, kind: str, settings: dict[str, Any]) -> tuple[str, ...]:
-        """The policy a preference release aligns, and the generator the offline judges
-        score with."""
+        """The policy a preference release aligns, and the profile's generator where an
+        offline judge scores with it (a judge naming its own ``lm`` loads that instead)."""
         if kind not in cls.kinds:
             return ()
-        judge = (settings.get("judge") or {}).get("type", "loglik")
+        judge = settings.get("judge") or {}
         policy = ("preference_policy",) if kind == "preferences" else ()
-        return (*policy, "generator") if judge in GENERATOR_JUDGES else policy
+        reads_generator = judge.get("type", "loglik") in GENERATOR_JUDGES and "lm" not in judge
+        return (*policy, "generator") if reads_generator else policy
 
     def __init__(
         self,
