@@ -216,8 +216,11 @@ def test_a_gpu_run_is_shaped_as_the_papers(world, tmp_path, method, profile):
         assert any(p.startswith("/dev/nvidia") for p in granted)
 
 
-def test_the_gpu_profile_refuses_a_machine_without_cuda():
+def test_the_gpu_profile_refuses_a_machine_without_cuda(monkeypatch):
+    import torch
+
     from benchmark.profiles import ModelUnavailableError, new_profile
 
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ModelUnavailableError, match="profile 'gpu' needs a CUDA GPU"):
         new_profile("gpu")

@@ -66,7 +66,7 @@ def vllm_available() -> bool:
 
 
 class GpuProfile(CpuProfile):
-    name = "gpu"
+    name = "paper"  # the family: method configs, recipes and the public start are the papers'
     spec_name = "gpu"
     writer = SMOLLM2
 
