@@ -41,13 +41,17 @@ def _llama(vocab: int) -> Any:
 def _gpt2(vocab: int) -> Any:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    return GPT2LMHeadModel(GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=256))
+    return GPT2LMHeadModel(
+        GPT2Config(vocab_size=vocab, n_embd=32, n_layer=2, n_head=2, n_positions=256)
+    )
 
 
 def _neox(vocab: int) -> Any:
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    config = GPTNeoXConfig(vocab_size=vocab, intermediate_size=64, max_position_embeddings=512, **SMALL)
+    config = GPTNeoXConfig(
+        vocab_size=vocab, intermediate_size=64, max_position_embeddings=512, **SMALL
+    )
     return GPTNeoXForCausalLM(config)
 
 
