@@ -202,11 +202,12 @@ def violations(
         if not adapters or {a["r"] for a in adapters} != {POLICY_TRAINERS[method]}:
             found.append(f"[item 5] the policy reached vLLM as {adapters}")
     # [item 3] the engine sleeps while training, in every process that has one
-    state: dict[int, str] = {}
+    state: dict[tuple[int, str], str] = {}  # by process (pid 1 in each child's namespace)
     for e in seen:
+        process = (e["pid"], e["where"])
         if e["event"] in ("vllm_sleep", "vllm_wake", "vllm_llm"):
-            state[e["pid"]] = "asleep" if e["event"] == "vllm_sleep" else "awake"
-        if e["event"] == "optimiser_step" and state.get(e["pid"]) == "awake":
+            state[process] = "asleep" if e["event"] == "vllm_sleep" else "awake"
+        if e["event"] == "optimiser_step" and state.get(process) == "awake":
             found.append(f"[item 3] {e['optimiser']} stepped while the vLLM engine held the GPU")
     # [item 4] training updates fp32 master weights
     for e in seen:
