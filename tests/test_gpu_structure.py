@@ -167,8 +167,11 @@ def run_isolated(world: dict[str, Any], tmp_path: Path, method: str, profile: st
             "profile": profile,
         }
     )  # fmt: skip
+    from benchmark.isolation import coordinator
+
     (world["root"] / "coordinator-events.jsonl").unlink(missing_ok=True)
     world["policies"].clear()
+    coordinator._WARM_PROFILES.clear()  # each run's coordinator is observed from its start
     return run(spec, runs_root=tmp_path, split=split, isolated=ISOLATED)
 
 
