@@ -53,8 +53,11 @@ SHRINK: dict[str, dict[str, Any]] = {
         "rounds": 1, "num_prompts": 2, "samples_per_prompt": 2, "rejected_rank": 2,
         "epochs": 1, "fid_samples": 2, "num_synthetic": 4, "max_new_tokens": 8,
     },
-    "fed_ctg": {"rounds": 1, "local_steps": 1, "num_synthetic": 4},
-    "dp_ftrl_dm": {"rounds": 1, "pretrain_steps": 1, "midtrain_round": 0, "midtrain_steps": 1},
+    "fed_ctg": {"rounds": 1, "local_steps": 1, "num_synthetic": 4, "codes": ["a", "b"]},
+    "dp_ftrl_dm": {
+        "rounds": 1, "cohort_size": 2, "pretrain_steps": 1, "midtrain_round": 0,
+        "midtrain_steps": 1,
+    },
     "dpprefsyn": {
         "components": 2, "nonprivate_epochs": 1, "max_new_tokens": 8, "public_prompts": 4,
     },
