@@ -112,6 +112,8 @@ PAPER_STAND_INS: dict[str, Callable[[Path], None]] = {
     "BAAI/bge-large-en-v1.5": save_sentence_transformer,
     "meta-llama/Llama-2-7b-chat-hf": _causal(_llama, chat=True),
     "EleutherAI/pythia-2.8b": _causal(_neox),
+    # loaded by fed_ctg's refinement under paper (paper 001's sentence embedder)
+    "sentence-transformers/stsb-roberta-base-v2": save_sentence_transformer,
 }
 
 

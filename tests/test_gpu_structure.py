@@ -73,6 +73,7 @@ BATCH_SIZES = {  # the papers' batch sizes, as the paper configs hold them
 SAMPLERS = {"generator_only", "pre_text", "pe_sft", "popri", "fed_ctg", "dpprefsyn"}
 POLICY_TRAINERS = {"popri": 4, "pe_sft": 4}  # LoRA rank of the adapter vLLM must receive
 PREFERENCE = {"dpprefsyn", "dp_ft"}
+NONPRIVATE = {"oracle": float("inf"), "nonprivate": float("inf")}  # they read clients' data
 
 
 def _paper_models() -> dict[str, str]:
@@ -97,11 +98,12 @@ def expected_models(method: str, profile: str) -> set[str]:
         "pre_text": {"generator", "embedder", "masked_filler"},
         "pe_sft": {"generator", "embedder", "masked_filler"},
         "popri": {"generator", "embedder"},
-        "fed_ctg": {"conditional_lm", "embedder"},
+        "fed_ctg": {"conditional_lm", "embedder", "stsb"},
         "dp_ftrl_dm": {"public_llm", "ondevice_lm"},
         "dpprefsyn": {"preference_embedder", "preference_generator"},
         "dp_ft": {"preference_policy"},
     }[method]
+    m["stsb"] = "sentence-transformers/stsb-roberta-base-v2"
     return {m[r] for r in roles}
 
 
@@ -163,7 +165,8 @@ def run_isolated(world: dict[str, Any], tmp_path: Path, method: str, profile: st
             "split": {"path": "unused"},
             "method": {"name": method, "params": SHRINK[method]},
             "privacy": {
-                "epsilon": 4.0, "delta": 1e-2, "allow_large_delta": True, "unit": unit, **SEEDED,
+                "epsilon": NONPRIVATE.get(method, 4.0), "delta": 1e-2,
+                "allow_large_delta": True, "unit": unit, **SEEDED,
             },
             "evaluation": {"metrics": []},
             "seed": 3,
@@ -221,7 +224,7 @@ def violations(
             found.append(f"[item 4] {e['optimiser']} updated {e['dtypes']} weights ({e['where']})")
     # [item 3] only the method's own models load (paper: by hub id), in any process
     if profile == "paper":
-        hub = set(_paper_models().values())
+        hub = {*_paper_models().values(), "sentence-transformers/stsb-roberta-base-v2"}
         loaded = {e["model"] for e in seen if e["event"] in ("load", "vllm_llm")} & hub
         extra = loaded - expected_models(method, profile)
         if extra:

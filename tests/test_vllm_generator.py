@@ -79,9 +79,11 @@ def test_weights_changed_in_place_are_never_sampled(setup):
         next(generator.model.parameters()).add_(1.0)  # a full fine-tune in place
     with pytest.raises(StaleEngineError, match="changed in place"):
         generator.generate(["a"], PARAMS)
-    with pytest.raises(StaleEngineError, match="only as a LoRA adapter"):
-        with generator.adapted(generator.model):
-            pass
+    with (
+        pytest.raises(StaleEngineError, match="only as a LoRA adapter"),
+        generator.adapted(generator.model),
+    ):
+        pass
 
 
 def test_prompts_are_cut_to_the_context(setup):
