@@ -33,8 +33,8 @@ from benchmark.spec import RunSpec
 _log = logging.getLogger(__name__)
 
 EXECUTORS = ("local", "ray")
-# Ray resources of one run, by profile: every run holds one core; a paper run a GPU too.
-RESOURCES = {"paper": {"num_cpus": 1, "num_gpus": 1}}
+# Ray resources of one run, by profile: every run holds one core; a GPU profile's run a GPU.
+RESOURCES = {p: {"num_cpus": 1, "num_gpus": 1} for p in ("paper", "gpu")}
 DEFAULT_RESOURCES = {"num_cpus": 1}
 
 

@@ -35,7 +35,9 @@ SFT learning rate (1e-4, a usual LoRA SFT rate; POPri's 8e-7 is a DPO rate), epo
 batch size (24) as paper 000's LLM fine-tuning, and 1,000,000 generated samples (paper 000
 App. D's downstream set). The generator is fine-tuned in place and restored afterwards
 (LoRA unloaded, or the full-fine-tune weights reloaded), so the profile's cached model is
-unchanged after the run.
+unchanged after the run. The fine-tuned model is sampled through ``generator.adapted``:
+merged into the weights with transformers, a LoRA request with vLLM (which cannot sample
+a full fine-tune and says so).
 
 ``cpu`` (working scale): the cpu PE of ``pre_text`` (T = 3, N_syn = 256, lookahead 1,
 W_steps = 1) with this method's H of 0.2985 noise stds; SFT on the 128 best seeds for 2
@@ -88,11 +90,12 @@ def top_scoring(seeds: dict[str, float], k: int) -> list[str]:
 @contextmanager
 def fine_tuned(
     generator: Generator, pairs: list[tuple[str, str]], config: SFTConfig, seed: int
-) -> Iterator[Generator]:
-    """The generator SFT-ed on ``pairs`` inside the block; restored on exit. LoRA adapters
-    are float32 (peft's default on a bf16 base); a full fine-tune trains the model in place
-    in float32 (master weights: in bf16 most updates would round to zero) and gives it
-    back in its own dtype and weights."""
+) -> Iterator[Any]:
+    """The generator's model SFT-ed on ``pairs`` inside the block (a peft model with the
+    trained adapter, or the model itself after a full fine-tune), sampled through
+    ``generator.adapted``; restored on exit. LoRA adapters are float32 (peft's default on a
+    bf16 base); a full fine-tune trains the model in place in float32 (master weights: in
+    bf16 most updates would round to zero) and gives it back in its own dtype and weights."""
     base = generator.model
     with trainable_flags_kept(base), ExitStack() as stack:
         if config.lora_r > 0:
@@ -108,10 +111,8 @@ def fine_tuned(
         try:
             with seeded(seed):  # dropout
                 train_completions(model, generator.tokenizer, pairs, config, seed)
-            generator.model = model
-            yield generator
+            yield model
         finally:
-            generator.model = base
             if snapshot is None:
                 model.unload()
             else:
@@ -205,7 +206,11 @@ class PESFT(PrivateEvolution):
         params = release_sampling(self.config, self.config["generate_max_new_tokens"])
         memory = asdict(ctx.profile.training_memory())  # how a batch fits, not what it is
         config = replace(self.sft_config(), **memory)
-        with fine_tuned(ctx.profile.generator(), pairs, config, seed) as generator:
+        generator = ctx.profile.generator()
+        with (
+            fine_tuned(generator, pairs, config, seed) as model,
+            generator.adapted(model),
+        ):
             texts = expand(
                 generator,
                 pool,

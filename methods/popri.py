@@ -74,9 +74,11 @@ Choices the paper leaves open (and where the values come from):
 State (picklable, small): the LoRA weights of the current policy and of the best checkpoint
 (CPU tensors), the best FID and its round/epoch, and per-round FIDs and DPO losses. The
 profile's generator is modified only inside a round (LoRA injected, then unloaded), so the
-cached model is unchanged between rounds and after the run. Sampling runs with the adapter
-merged into the weights (the reference code also merges before generating) and the exact
-base weights are restored afterwards.
+cached model is unchanged between rounds and after the run. Sampling goes through
+``generator.adapted``: with transformers the adapter is merged into the weights (the
+reference code also merges before generating) and the exact base weights restored
+afterwards; with vLLM the adapter is passed to the engine as a LoRA request, and the engine
+sleeps while DPO trains (:mod:`benchmark.profiles.vllm_generator`).
 """
 
 from __future__ import annotations
@@ -253,7 +255,7 @@ def sample_round(
     seed: int,
 ) -> tuple[list[str], list[str]]:
     """Alg. 1 l. 9-12: K prompts and J samples of each; sample ``k*J + j`` answers prompt k."""
-    room = context_length(generator.model) - config.max_new_tokens
+    room = generator.max_positions - config.max_new_tokens
     prompts = []
     for _ in range(config.num_prompts):
         picks = rng.choice(
@@ -325,27 +327,6 @@ def lora_policy(
             base.eval()
             if use_cache is not None:
                 base.config.use_cache = use_cache
-
-
-@contextmanager
-def merged(model: Any) -> Iterator[None]:
-    """The LoRA update folded into the base weights inside the block, so sampling costs what
-    the base model costs (unmerged, every adapted layer adds its own small ops per token). On
-    exit the exact base weights are copied back (unmerging alone would leave rounding error)."""
-    tuner = model.base_model
-    saved = [
-        (p, p.detach().to("cpu", copy=True))
-        for name, p in tuner.model.named_parameters()
-        if ".base_layer." in name
-    ]
-    tuner.merge_adapter()
-    try:
-        yield
-    finally:
-        tuner.unmerge_adapter()
-        with torch.no_grad():
-            for param, original in saved:
-                param.copy_(original)
 
 
 def adapter_weights(model: Any) -> Adapter:
@@ -494,7 +475,7 @@ class POPri(Method):
         public = eligible_public(ctx, 1)
         sigma = self.noise_multiplier(ctx)
         with lora_policy(generator, cfg, state["adapter"]) as model:
-            with merged(model):
+            with generator.adapted(model):
                 prompts, samples = sample_round(
                     generator,
                     public,
@@ -518,7 +499,7 @@ class POPri(Method):
             fids = []
             for snapshot in snapshots:
                 set_peft_model_state_dict(model, snapshot)
-                with merged(model):
+                with generator.adapted(model):
                     fids.append(self._fid(ctx, generator, round_index))
         epoch = int(np.argmin(fids))
         ctx.diagnostics.write("popri_fid_per_epoch", fids, round_index)
@@ -546,7 +527,10 @@ class POPri(Method):
         generator = ctx.profile.generator()
         rng = ctx.rng(cfg.rounds, _PROMPTS)
         params = release_sampling(self.config, cfg.max_new_tokens)
-        with lora_policy(generator, cfg, state["best"]["adapter"]) as model, merged(model):
+        with (
+            lora_policy(generator, cfg, state["best"]["adapter"]) as model,
+            generator.adapted(model),
+        ):
             texts = expand(
                 generator,
                 eligible_public(ctx, 1),

@@ -63,12 +63,16 @@ def test_sft_fits_the_completions_and_restores_the_generator(tmp_path, lora_r):
         epochs=8, lr=1e-2, batch_size=2, lora_r=lora_r, lora_alpha=8, max_completion_tokens=16
     )
     with fine_tuned(generator, PAIRS, config, seed=0) as tuned:
-        tuned_lp = tuned.logprobs(prompts, completions)
-        trained = [n for n, p in tuned.model.named_parameters() if p.requires_grad]
+        tuned_lp = generator.logprobs(prompts, completions)
+        trained = [n for n, p in tuned.named_parameters() if p.requires_grad]
         if lora_r:  # only the adapters train; the base weights stay as they were
             assert trained and all("lora_" in n for n in trained)
         else:
-            assert any(not torch.equal(before[k], v) for k, v in tuned.model.state_dict().items())
+            assert any(not torch.equal(before[k], v) for k, v in tuned.state_dict().items())
+        with generator.adapted(tuned):  # what the release samples scores as trained
+            np.testing.assert_allclose(
+                generator.logprobs(prompts, completions), tuned_lp, rtol=1e-4, atol=1e-3
+            )
     assert np.all(tuned_lp > start + 3.0)  # the completions became much more likely
     after = snapshot(generator.model)
     assert after.keys() == before.keys()

@@ -16,7 +16,6 @@ from methods.popri import (
     POPriConfig,
     adapter_weights,
     lora_policy,
-    merged,
     preference_pairs,
     private_scores,
     train_dpo,
@@ -110,7 +109,7 @@ def test_dpo_prefers_the_chosen_samples_and_leaves_the_generator_unchanged(tmp_p
         snapshots, loss = train_dpo(model, generator.tokenizer, pairs, config, str(tmp_path), 0)
         assert generator.model.config.use_cache  # sampling after DPO keeps its KV cache
         trained = margin(generator)
-        with merged(model):  # the adapter folded into the weights scores the same
+        with generator.adapted(model):  # the adapter folded into the weights scores the same
             np.testing.assert_allclose(margin(generator), trained, rtol=1e-4, atol=1e-3)
     assert len(snapshots) == 2 and math.isfinite(loss)
     assert not torch.equal(*(s[next(k for k in s if "lora_B" in k)] for s in snapshots[:2]))

@@ -1,5 +1,6 @@
 """Model profiles: tiny (tests), cpu (offline quickstart; cpu-gemma: Gemma 3 270M as its
-generator), paper (hub models on a GPU).
+generator), paper (hub models on a GPU), gpu (the packaged models on a GPU at the papers'
+sample counts).
 
 Importing this package loads no torch/transformers: a profile's module is imported on the
 first :func:`get_profile` call for it, and each profile builds its models on first use.
@@ -18,10 +19,12 @@ PROFILES: dict[str, str] = {
     "cpu": "benchmark.profiles.cpu:CpuProfile",
     "cpu-gemma": "benchmark.profiles.cpu:CpuGemmaProfile",
     "paper": "benchmark.profiles.paper:PaperProfile",
+    "gpu": "benchmark.profiles.gpu:GpuProfile",
 }
 
 # A variant runs other models in some roles but its family's method configs and recipes.
-FAMILIES: dict[str, str] = {"cpu-gemma": "cpu"}
+# ``gpu`` runs the papers' method configs (their sample counts) with the packaged models.
+FAMILIES: dict[str, str] = {"cpu-gemma": "cpu", "gpu": "paper"}
 
 _instances: dict[str, ModelProfile] = {}
 

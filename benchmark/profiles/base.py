@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,20 @@ class Generator(ABC):
     def logprobs(self, prompts: list[str], completions: list[str], chat: bool = True) -> np.ndarray:
         """Sum of log-probabilities of each completion given its prompt (formatted as in
         ``generate``: through the chat template when ``chat`` and the model has one)."""
+
+    @property
+    def max_positions(self) -> int:
+        """How many tokens (prompt + new tokens) one sample may hold."""
+        from benchmark.profiles.hf_generator import context_length
+
+        return context_length(self.model)
+
+    def adapted(self, model: Any) -> AbstractContextManager[None]:
+        """Inside the block, :meth:`generate` samples from ``model``: :attr:`model` with a
+        peft LoRA adapter injected (POPri's DPO policy, PE+SFT's SFT), or :attr:`model`
+        itself after a full fine-tune in place. A generator that cannot sample from it
+        raises rather than sample from other weights."""
+        raise NotImplementedError(f"{type(self).__name__} cannot sample from an adapted model")
 
 
 class Embedder(ABC):

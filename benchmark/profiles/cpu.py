@@ -134,11 +134,15 @@ class CpuProfile(ModelProfile):
         # batch 32: a batch feeds one forward per masked column of any of its texts, so the
         # number of forwards hardly grows with the batch (measurements/bench_generation.py)
         return CausalSpanFiller(
-            self._generator,
+            self._span_generator(),
             instruction=self.writer.fill_instruction,
             lead=self.writer.fill_lead,
             batch_size=32,
         )
+
+    def _span_generator(self) -> HFGenerator:
+        """The transformers generator the span filler runs on (the generator's model)."""
+        return self._generator
 
     def generator(self) -> HFGenerator:
         return self._generator

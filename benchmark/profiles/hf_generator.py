@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -102,6 +102,37 @@ def sample_tokens(
     return drawn.clamp(max=probs.shape[-1] - 1)
 
 
+def is_peft_model(model: Any) -> bool:
+    """Whether ``model`` is a peft model (an adapter injected into a base model)."""
+    try:
+        from peft import PeftModel
+    except ImportError:
+        return False
+    return isinstance(model, PeftModel)
+
+
+@contextlib.contextmanager
+def merged_adapter(model: Any) -> Iterator[None]:
+    """The LoRA update of peft model ``model`` folded into its base weights inside the block,
+    so sampling costs what the base model costs (unmerged, every adapted layer adds its own
+    small ops per token). On exit the exact base weights are copied back (unmerging alone
+    would leave rounding error)."""
+    tuner = model.base_model
+    saved = [
+        (p, p.detach().to("cpu", copy=True))
+        for name, p in tuner.model.named_parameters()
+        if ".base_layer." in name
+    ]
+    tuner.merge_adapter()
+    try:
+        yield
+    finally:
+        tuner.unmerge_adapter()
+        with torch.no_grad():
+            for param, original in saved:
+                param.copy_(original)
+
+
 @functools.cache
 def native_bf16() -> bool:
     """Whether this CPU has native bf16 matrix kernels (oneDNN's check)."""
@@ -154,6 +185,21 @@ class HFGenerator(Generator):
     @property
     def max_positions(self) -> int:
         return context_length(self.model)
+
+    @contextlib.contextmanager
+    def adapted(self, model: Any) -> Iterator[None]:
+        """Sampling from ``model`` (see :meth:`Generator.adapted`): a peft adapter injected
+        into :attr:`model` is merged into its weights inside the block (the reference code
+        merges before generating too); a model fine-tuned in place needs nothing."""
+        if is_peft_model(model):
+            if model.get_base_model() is not self.model:
+                raise ValueError(f"the adapter is not on {self.name}'s model")
+            with merged_adapter(model):
+                yield
+        elif model is self.model:
+            yield
+        else:
+            raise ValueError(f"{self.name} samples only its own model, or an adapter on it")
 
     def encode_prompts(self, prompts: list[str], chat: bool) -> list[list[int]]:
         return encode_prompts(self.tokenizer, prompts, chat)

@@ -1,7 +1,10 @@
 """The ``paper`` profile: the papers' hub models, loaded by id (a GPU and a hub cache needed).
 
 - generator: ``meta-llama/Meta-Llama-3-8B`` (POPri's LLaMA-3-8B; PrE-Text used LLaMA-2-7B),
-  sampled with vLLM when ``vllm`` is importable and CUDA is available, else transformers;
+  sampled with vLLM when ``vllm`` is importable and CUDA is available, else transformers
+  (recorded as ``generator_backend``, with a warning on a GPU without vLLM); with vLLM,
+  fine-tuned policies are sampled as LoRA adapters and the engine sleeps while training
+  (:mod:`benchmark.profiles.vllm_generator`);
 - on-device LM: ``distilbert/distilgpt2`` (POPri, PrE-Text);
 - masked filler: ``FacebookAI/roberta-large`` (PrE-Text's mask filler, temperature 1, top-p 1);
 - embedder: ``sentence-transformers/all-MiniLM-L6-v2`` (all papers);
@@ -18,6 +21,7 @@ hub, but a local cache is keyed by the id actually downloaded). Nothing is downl
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
@@ -27,7 +31,7 @@ from benchmark.profiles.base import Generator, ModelProfile, TrainingMemory
 from benchmark.profiles.embedders import SentenceTransformerEmbedder
 from benchmark.profiles.fillers import MLMFiller
 from benchmark.profiles.hf_generator import HFGenerator
-from benchmark.profiles.hub import from_hub, require_cached
+from benchmark.profiles.hub import from_hub
 from benchmark.profiles.hub_fetch import HubModel, fetch, hub_requests
 from benchmark.profiles.ondevice import PretrainedLM
 from benchmark.profiles.packaged import distribution_version
@@ -50,6 +54,7 @@ class PaperModels:
     preference_policy: str = "EleutherAI/pythia-2.8b"
     revision: str = "main"
     vllm_gpu_memory_utilization: float = 0.5  # leaves room for the transformers copy
+    vllm_max_lora_rank: int = 16  # POPri's and PE+SFT's adapters have rank 4
 
 
 def _device() -> str:
@@ -63,6 +68,29 @@ def use_vllm() -> bool:
     import torch
 
     return importlib.util.find_spec("vllm") is not None and torch.cuda.is_available()
+
+
+def sampling_backend() -> str:
+    """What samples the generators, as records say it (loudly when a GPU lacks vLLM)."""
+    import torch
+
+    if use_vllm():
+        return "vllm"
+    if torch.cuda.is_available():
+        return "transformers (vllm is not installed: slower than the papers' sampling)"
+    return "transformers"
+
+
+def context_positions(model_id: str, revision: str) -> int:
+    """The model's context length, read from its config (vLLM's ``max_model_len``)."""
+    from transformers import AutoConfig
+
+    config = from_hub(AutoConfig.from_pretrained, model_id, revision)
+    for attr in ("n_positions", "max_position_embeddings"):
+        value = getattr(config, attr, None)
+        if value:
+            return int(value)
+    raise ValueError(f"cannot tell the context length of {model_id}")
 
 
 class PaperProfile(ModelProfile):
@@ -85,20 +113,22 @@ class PaperProfile(ModelProfile):
     def _sampler(self, model_id: str) -> Generator:
         """``model_id`` as a generator: vLLM for sampling where it runs, else transformers."""
         if not use_vllm():
+            backend = sampling_backend()
+            if backend != "transformers":
+                warnings.warn(f"paper profile: {model_id} sampled by {backend}", stacklevel=2)
             return self._hf_generator(model_id)
-        from vllm import LLM
-
-        from benchmark.profiles.vllm_generator import VLLMGenerator
+        from benchmark.profiles.vllm_generator import VLLMGenerator, vllm_engine
 
         m = self.models
-        require_cached(model_id, m.revision)
-        llm = LLM(
-            model=model_id,
+        positions = context_positions(model_id, m.revision)
+        llm = vllm_engine(
+            model_id,
             revision=m.revision,
-            dtype="bfloat16",
             gpu_memory_utilization=m.vllm_gpu_memory_utilization,
+            max_model_len=positions,
+            max_lora_rank=m.vllm_max_lora_rank,
         )
-        return VLLMGenerator(llm, model_id, lambda: self._hf_generator(model_id))
+        return VLLMGenerator(llm, model_id, lambda: self._hf_generator(model_id), positions)
 
     @cached_property
     def _generator(self) -> Generator:
@@ -218,7 +248,7 @@ class PaperProfile(ModelProfile):
         return {
             "profile": self.name,
             "generator": m.generator,
-            "generator_backend": "vllm" if use_vllm() else "transformers",
+            "generator_backend": sampling_backend(),
             "ondevice_lm": m.ondevice_lm,
             "conditional_lm": m.conditional_lm,
             "public_llm": f"{m.public_llm} (paper 002's LaMDA 2B is not public)",

