@@ -18,6 +18,7 @@ so the pool checks that, on a sample, in a clean process (see :class:`ClientPool
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import math
 import secrets
@@ -29,22 +30,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from benchmark.data import CLIENT_ID
+from benchmark.federation import mechanisms
 from benchmark.federation.client_calls import ClientCall, ClientExecutor, InProcessClients, Job
 from benchmark.federation.costs import CostCounters
-from benchmark.federation.mechanisms import (
-    centralized,
-    client_groups,
-    dp_pca,
-    gaussian_sum,
-    harness_dp_sgd,
-    laplace_sum,
-    local_dp_finetune,
-    local_gaussian,
-    logistic_sgd,
-    partition,
-    preference_finetune,
-    tree_aggregation,
-)
 from benchmark.federation.mechanisms.client_groups import CLIENT_SAMPLE
 from benchmark.federation.mechanisms.gaussian_sum import Aggregate
 from benchmark.federation.plain import plain_number
@@ -53,6 +41,7 @@ from benchmark.federation.release_log import Delivery, ReleaseLog, call_of
 from benchmark.federation.tree import TreeAggregator
 from benchmark.privacy.errors import PrivacyError
 from benchmark.privacy.ledger import PrivacyLedger, Release
+from benchmark.protocol.operations import OPERATIONS
 
 __all__ = ["Aggregate", "ClientPool", "ServerAccessError", "clipped_row_sum", "plain_number"]
 
@@ -476,20 +465,13 @@ class ClientPool:
         self._sequence = plain_number("sequence", state.get("sequence", 0), integer=True)
         self._executor.load_memos(state["memos"])
 
-    # -- the operations: one mechanism module each (benchmark.federation.mechanisms) ------
 
-    aggregate = gaussian_sum.aggregate
-    centralized = centralized.centralized
-    dp_sgd = harness_dp_sgd.dp_sgd
-    open_tree = tree_aggregation.open_tree
-    tree_step = tree_aggregation.tree_step
-    laplace_aggregate = laplace_sum.laplace_aggregate
-    dp_pca = dp_pca.dp_pca
-    define_partition = partition.define_partition
-    part_sizes = partition.part_sizes
-    dp_logistic_sgd = logistic_sgd.dp_logistic_sgd
-    define_group = client_groups.define_group
-    strong_clients = client_groups.strong_clients
-    local_gaussian = local_gaussian.local_gaussian
-    local_dp_finetune = local_dp_finetune.local_dp_finetune
-    dp_preference_finetune = preference_finetune.dp_preference_finetune
+def _bind_operations() -> None:
+    """The pool's operations, as declared (:mod:`benchmark.protocol.operations`): each
+    its mechanism module's function of the same name."""
+    for operation in OPERATIONS:
+        module = importlib.import_module(f"{mechanisms.__name__}.{operation.mechanism}")
+        setattr(ClientPool, operation.name, getattr(module, operation.name))
+
+
+_bind_operations()

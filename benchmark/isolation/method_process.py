@@ -31,23 +31,41 @@ from typing import Any
 import numpy as np
 
 from benchmark.federation.costs import count_payload
-from benchmark.federation.pool import Aggregate, ServerAccessError
+from benchmark.federation.mechanisms.gaussian_sum import Aggregate
+from benchmark.federation.pool import ServerAccessError
+from benchmark.federation.recompute import snapshot
 from benchmark.isolation import wire
 from benchmark.privacy.errors import PrivacyError
+from benchmark.protocol.operations import (
+    AGGREGATE,
+    ARRAY,
+    BLOB_PARAMETERS,
+    FUNCTION,
+    JOB,
+    OPERATIONS,
+    PICKLED,
+    PLAIN,
+    TENSORS,
+    Operation,
+)
 
 
 def _plain(value: Any) -> Any:
-    """JSON for the pool's numeric arguments: a ``float`` subclass becomes its plain value,
-    a numpy scalar its Python number; anything else is refused by the coordinator."""
-    if isinstance(value, np.generic):
-        return value.item()
+    """JSON for the pool's arguments: a numpy scalar becomes its Python number, an array its
+    nested list, a ``float`` subclass its plain value; anything else is refused here (the
+    coordinator checks every number again)."""
+    if isinstance(value, np.generic | np.ndarray):
+        return value.tolist()
+    if isinstance(value, range):
+        return list(value)
     raise TypeError(f"{type(value).__name__} is not a plain number")
 
 
 class PoolProxy:
     """The method's view of the client pool: the same calls, answered by the coordinator.
 
-    Client-side functions and payloads are cloudpickled here and run by the client worker;
+    Its operations are derived from the declaration (:mod:`benchmark.protocol.operations`):
+    client-side functions and payloads are cloudpickled here and run by the client worker;
     what comes back is what the in-process pool returns (noisy sums, prefix sums, a tree's
     size, the non-private bound's centralized result)."""
 
@@ -65,142 +83,82 @@ class PoolProxy:
             "noised aggregates (use pool.aggregate or pool.open_tree)"
         )
 
-    def _call(self, op: str, args: dict[str, Any], *blobs: bytes) -> wire.Message:
-        header = json.loads(json.dumps({"op": op, "args": args}, default=_plain))
+    def _operation(self, op: Operation, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """One call of ``op``: its arguments as JSON and its blob, sent to the coordinator;
+        its answer, read back as the pool gives it."""
+        if op.in_process_only:
+            raise PrivacyError(
+                f"pool.{op.name} is not available in an isolated run: {op.in_process_only}"
+            )
+        if len(args) > len(op.parameters):
+            raise TypeError(f"pool.{op.name} takes {len(op.parameters)} positional arguments")
+        named = dict(zip(op.parameters, args, strict=False))
+        if named.keys() & kwargs.keys():
+            raise TypeError(f"pool.{op.name} got {sorted(named.keys() & kwargs.keys())} twice")
+        named |= kwargs
+        blobs = _blobs(op, named)
+        header = json.loads(json.dumps({"op": op.name, "args": named}, default=_plain))
         wire.send(self._stream, header, *blobs)
-        return wire.recv(self._stream)
+        return _answer(op, *wire.recv(self._stream))
 
-    def aggregate(
-        self,
-        client_fn: Any,
-        payload: Any = None,
-        *,
-        dim: int,
-        clip_norm: float,
-        noise_multiplier: float,
-        sample_rate: float = 1.0,
-        label: str,
-        batched: bool = False,
-    ) -> Aggregate:
-        args = {"dim": dim, "clip_norm": clip_norm, "noise_multiplier": noise_multiplier}
-        args |= {"sample_rate": sample_rate, "label": label, "batched": batched}
-        return self._aggregate("aggregate", args, client_fn, payload)
 
-    def _job_call(
-        self, op: str, args: dict[str, Any], client_fn: Any, payload: Any
-    ) -> wire.Message:
-        """A call that runs ``client_fn`` on the clients: the job, and what one client
-        downloads (counted here, from the payload the method made: the client worker, which
-        runs client code, is never asked)."""
-        counts = list(count_payload(payload))
-        return self._call(op, {**args, "payload_counts": counts}, _job(client_fn, payload))
-
-    def _aggregate(self, op: str, args: dict[str, Any], client_fn: Any, payload: Any) -> Aggregate:
-        header, blobs = self._job_call(op, args, client_fn, payload)
-        return Aggregate(wire.array_from(blobs[0]), float(header["expected_count"]))
-
-    def open_tree(
-        self,
-        name: str,
-        *,
-        dim: int,
-        clip_norm: float,
-        noise_multiplier: float,
-        cohort_size: int,
-        max_leaves: int | None = None,
-    ) -> int:
-        args = {"name": name, "dim": dim, "clip_norm": clip_norm}
-        args |= {"noise_multiplier": noise_multiplier, "cohort_size": cohort_size}
-        return int(self._call("open_tree", {**args, "max_leaves": max_leaves})[0]["leaves"])
-
-    def tree_step(
-        self, name: str, client_fn: Any, payload: Any = None, batched: bool = False
-    ) -> np.ndarray:
-        args = {"name": name, "batched": batched}
-        return wire.array_from(self._job_call("tree_step", args, client_fn, payload)[1][0])
-
-    def centralized(self, train_fn: Any, *, label: str) -> Any:
+def _blobs(op: Operation, named: dict[str, Any]) -> list[bytes]:
+    """Take the call's blob arguments out of ``named``: a job (and what one client
+    downloads, counted here from the payload the method made: the client worker, which runs
+    client code, is never asked), a centralized function, or weights (a tensor-only blob)."""
+    if not op.sends:
+        return []
+    missing = [p for p in BLOB_PARAMETERS[op.sends][:1] if p not in named]
+    if missing:
+        raise TypeError(f"pool.{op.name} needs {missing[0]}")
+    if op.sends == JOB:
+        payload = named.pop("payload", None)
+        named["payload_counts"] = list(count_payload(payload))
+        return [snapshot(named.pop("client_fn"), payload)]
+    if op.sends == FUNCTION:
         import cloudpickle
 
-        blob = self._call("centralized", {"label": label}, cloudpickle.dumps(train_fn))[1][0]
-        return cloudpickle.loads(blob)
+        return [cloudpickle.dumps(named.pop("train_fn"))]
+    return [state_blob(named.pop("weights"), op.name)]
 
-    def strong_clients(self) -> list[int]:
-        return [int(c) for c in self._call("strong_clients", {})[0]["clients"]]
 
-    def define_group(self, name: str, clients: list[int]) -> None:
-        self._call("define_group", {"name": name, "clients": list(clients)})
+def _answer(op: Operation, header: dict[str, Any], blobs: list[bytes]) -> Any:
+    """The coordinator's answer to ``op``, as the in-process pool returns it."""
+    if op.answer == AGGREGATE:
+        return Aggregate(wire.array_from(blobs[0]), float(header["expected_count"]))
+    if op.answer == ARRAY:
+        return wire.array_from(blobs[0])
+    if op.answer == PLAIN:
+        return header["value"]
+    if op.answer == PICKLED:
+        import cloudpickle
 
-    def local_gaussian(
-        self,
-        client_fn: Any,
-        payload: Any = None,
-        *,
-        dim: int,
-        clip_norm: float,
-        noise_multiplier: float,
-        groups: list[str],
-        label: str,
-    ) -> Aggregate:
-        args = {"dim": dim, "clip_norm": clip_norm, "noise_multiplier": noise_multiplier}
-        args |= {"groups": list(groups), "label": label}
-        return self._aggregate("local_gaussian", args, client_fn, payload)
-
-    def local_dp_finetune(self, weights: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        """The weights travel as a torch-saved blob the coordinator loads as tensors only;
-        the mean delta comes back the same way."""
+        return cloudpickle.loads(blobs[0])
+    if op.answer == TENSORS:
         from benchmark.runner import load_state_blob
 
-        blob = _state_blob(weights, "local_dp_finetune")
-        return load_state_blob(self._call("local_dp_finetune", kwargs, blob)[1][0])
-
-    def dp_preference_finetune(self, weights: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        """Weights go and come back as tensor-only blobs, as for ``local_dp_finetune``."""
-        from benchmark.runner import load_state_blob
-
-        blob = _state_blob(weights, "dp_preference_finetune")
-        return load_state_blob(self._call("dp_preference_finetune", kwargs, blob)[1][0])
-
-    def laplace_aggregate(self, client_fn: Any, payload: Any = None, **kwargs: Any) -> Any:
-        return self._array("laplace_aggregate", kwargs, client_fn, payload)
-
-    def dp_pca(self, client_fn: Any, payload: Any = None, **kwargs: Any) -> Any:
-        return self._array("dp_pca", kwargs, client_fn, payload)
-
-    def define_partition(
-        self, name: str, client_fn: Any, payload: Any = None, **kwargs: Any
-    ) -> None:
-        self._job_call("define_partition", {**kwargs, "name": name}, client_fn, payload)
-
-    def part_sizes(self, partition: str, **kwargs: Any) -> Any:
-        return wire.array_from(self._call("part_sizes", {**kwargs, "partition": partition})[1][0])
-
-    def dp_logistic_sgd(self, client_fn: Any, payload: Any = None, **kwargs: Any) -> Any:
-        init = [float(v) for v in kwargs.pop("init")]
-        return self._array("dp_logistic_sgd", {**kwargs, "init": init}, client_fn, payload)
-
-    def _array(self, op: str, args: dict[str, Any], client_fn: Any, payload: Any) -> Any:
-        """An operation whose answer is one array (checked by the pool's own signature)."""
-        return wire.array_from(self._job_call(op, args, client_fn, payload)[1][0])
-
-    def dp_sgd(self, *args: Any, **kwargs: Any) -> Any:
-        raise PrivacyError(
-            "pool.dp_sgd is not available in an isolated run: its per-example clipping and "
-            "noise would run beside the method's code; use pool.aggregate with one example "
-            "per privacy unit"
-        )
+        return load_state_blob(blobs[0])
+    return None
 
 
-def _job(client_fn: Any, payload: Any) -> bytes:
-    from benchmark.federation.recompute import snapshot
+def _proxy_method(op: Operation) -> Any:
+    def call(self: PoolProxy, *args: Any, **kwargs: Any) -> Any:
+        return self._operation(op, args, kwargs)
 
-    return snapshot(client_fn, payload)
+    call.__name__, call.__qualname__ = op.name, f"PoolProxy.{op.name}"
+    where = f"benchmark.federation.mechanisms.{op.mechanism}"
+    call.__doc__ = f"``pool.{op.name}`` (:mod:`{where}`), answered by the coordinator."
+    return call
+
+
+for _op in OPERATIONS:
+    setattr(PoolProxy, _op.name, _proxy_method(_op))
 
 
 # --- the process ---------------------------------------------------------------------------
 
 
-def _state_blob(state: Any, where: str) -> bytes:
+def state_blob(state: Any, where: str) -> bytes:
     """The method state as the checkpoint keeps it, refused now if it would not load back
     as tensors and plain data (see :mod:`benchmark.runner`)."""
     import torch
@@ -297,11 +255,11 @@ def _serve(init: dict[str, Any], blobs: list[bytes], stream: Any) -> None:
         elif op == "setup":
             seed_torch(seed, -1)
             state = method.setup(ctx)
-            wire.send(stream, {"done": True}, _state_blob(state, "setup"))
+            wire.send(stream, {"done": True}, state_blob(state, "setup"))
         elif op == "round":
             seed_torch(seed, command["round"])
             state = method.round(ctx, state, command["round"])
-            wire.send(stream, {"done": True}, _state_blob(state, f"round {command['round']}"))
+            wire.send(stream, {"done": True}, state_blob(state, f"round {command['round']}"))
         elif op == "finish":
             seed_torch(seed, method.num_rounds())
             artifact = method.finish(ctx, state)
