@@ -9,14 +9,12 @@ import io
 import numpy as np
 import pytest
 
-from benchmark.federation.mechanisms.gaussian_sum import Aggregate
 from benchmark.federation.pool import ClientPool
-from benchmark.isolation import wire
 from benchmark.isolation.coordinator import dispatch
-from benchmark.isolation.method_process import PoolProxy
 from benchmark.privacy.errors import PrivacyError
-from benchmark.protocol import operations
-from benchmark.protocol.operations import OPERATIONS
+from benchmark.protocol import operations, wire
+from benchmark.protocol.operations import OPERATIONS, Aggregate
+from benchmark.untrusted.method_process import PoolProxy
 
 # What the runner (trusted) calls on the pool; never a method's operation.
 RUNNER_ONLY = {
@@ -113,7 +111,10 @@ def client_fn(client, payload):
 
 
 ARGUMENTS = {  # a call of each operation, positional arguments as a method makes them
-    "aggregate": ((client_fn,), {"dim": 1, "clip_norm": 1.0, "noise_multiplier": 1.0, "label": "a"}),
+    "aggregate": (
+        (client_fn,),
+        {"dim": 1, "clip_norm": 1.0, "noise_multiplier": 1.0, "label": "a"},
+    ),
     "open_tree": (("t",), {"dim": 1, "clip_norm": 1.0, "noise_multiplier": 1.0, "cohort_size": 2}),
     "tree_step": (("t", client_fn, None, True), {}),
     "centralized": ((len,), {"label": "c"}),

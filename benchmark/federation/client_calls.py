@@ -1,7 +1,7 @@
 """Where a release's client-side code runs, and what one release asks of it.
 
 A client-side job is the function and its payload, live (run in the pool's process) or as
-the snapshot an isolated method process sent (:func:`~benchmark.federation.recompute.snapshot`:
+the snapshot an isolated method process sent (:func:`~benchmark.protocol.jobs.snapshot`:
 run by a client worker, never unpickled in the pool's process). A :class:`ClientExecutor`
 runs it on the clients the pool names and yields their rows; the pool checks, clips, sums
 and noises them (:class:`~benchmark.federation.pool.ClientPool`).
@@ -17,8 +17,8 @@ import numpy as np
 
 from benchmark.federation.clients import ClientBatch, ClientData, client_scope, seeded_rngs
 from benchmark.federation.costs import count_payload
-from benchmark.federation.recompute import snapshot
 from benchmark.federation.release_log import digest
+from benchmark.protocol.jobs import snapshot
 
 ClientFn = Callable[[ClientData, Any], np.ndarray]
 BatchFn = Callable[[ClientBatch, Any], np.ndarray]
@@ -33,7 +33,7 @@ def job_of(client_fn: Any, payload: Any) -> Job:
 
 def job_digest(job: Job) -> str:
     """The digest the release log tells calls apart by: of the blob, or of the live
-    function and payload as a blob (:func:`~benchmark.federation.recompute.snapshot`)."""
+    function and payload as a blob (:func:`~benchmark.protocol.jobs.snapshot`)."""
     return digest(job if isinstance(job, bytes) else snapshot(*job))
 
 

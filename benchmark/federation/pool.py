@@ -33,15 +33,15 @@ from benchmark.data import CLIENT_ID
 from benchmark.federation import mechanisms
 from benchmark.federation.client_calls import ClientCall, ClientExecutor, InProcessClients, Job
 from benchmark.federation.costs import CostCounters
+from benchmark.federation.independence_check import IndependenceCheck
 from benchmark.federation.mechanisms.client_groups import CLIENT_SAMPLE
-from benchmark.federation.mechanisms.gaussian_sum import Aggregate
 from benchmark.federation.plain import plain_number
-from benchmark.federation.recompute import BATCH, CLIENT, Recheck, snapshot
 from benchmark.federation.release_log import Delivery, ReleaseLog, call_of
 from benchmark.federation.tree import TreeAggregator
 from benchmark.privacy.errors import PrivacyError
 from benchmark.privacy.ledger import PrivacyLedger, Release
-from benchmark.protocol.operations import OPERATIONS
+from benchmark.protocol.jobs import BATCH, CLIENT, snapshot
+from benchmark.protocol.operations import OPERATIONS, Aggregate, ServerAccessError
 
 __all__ = ["Aggregate", "ClientPool", "ServerAccessError", "clipped_row_sum", "plain_number"]
 
@@ -81,10 +81,6 @@ def clipped_row_sum(rows: np.ndarray, clip_norm: float) -> np.ndarray:
     return (scale.astype(rows.dtype) @ rows).astype(np.float64)
 
 
-class ServerAccessError(PrivacyError, AttributeError):
-    """Server code asked the pool for something it never exposes."""
-
-
 class ClientPool:
     """Private clients behind the privacy boundary (one privacy unit per client).
 
@@ -99,7 +95,7 @@ class ClientPool:
     ``independence_checks`` = s of the sampled clients (all of them when fewer) are drawn
     from OS entropy (not from the pool's seed, which server code in this process could
     read to predict them) and recomputed alone, each in a process holding only that client
-    (:mod:`benchmark.federation.recompute`); the release is refused, before noise and
+    (:mod:`benchmark.federation.independence_check`); the release is refused, before noise and
     before the ledger records it, if any row differs (float32 tolerance).
 
     Detection probability: if a fraction f of a release's n rows would differ when
@@ -212,11 +208,11 @@ class ClientPool:
         count = min(self._checks, len(population))
         return frozenset(secrets.SystemRandom().sample(population, count))
 
-    def _recheck(self, kind: str, job: Job, chosen: frozenset[int]) -> Recheck:
+    def _recheck(self, kind: str, job: Job, chosen: frozenset[int]) -> IndependenceCheck:
         """The independence check of one release over the ``chosen`` units."""
         if not chosen:
-            return Recheck(kind, b"", chosen)
-        return Recheck(kind, job if isinstance(job, bytes) else snapshot(*job), chosen)
+            return IndependenceCheck(kind, b"", chosen)
+        return IndependenceCheck(kind, job if isinstance(job, bytes) else snapshot(*job), chosen)
 
     # -- the release log ------------------------------------------------------------------
 
@@ -359,7 +355,7 @@ class ClientPool:
             offset += len(rows)
 
     def _clipped_sum(
-        self, call: ClientCall, clip_norm: float, check: Recheck
+        self, call: ClientCall, clip_norm: float, check: IndependenceCheck
     ) -> tuple[np.ndarray, float]:
         """Sum of the clipped client vectors, and the seconds the clients took (see
         :meth:`_client_rows`). Only one client's vector (e.g. a full model delta) is held
@@ -374,7 +370,7 @@ class ClientPool:
         return total, seconds
 
     def _client_rows(
-        self, call: ClientCall, check: Recheck, consume: Callable[[np.ndarray], None]
+        self, call: ClientCall, check: IndependenceCheck, consume: Callable[[np.ndarray], None]
     ) -> float:
         """Run the client calls and hand each call's validated rows to ``consume``; return
         the seconds the clients took. The executor yields one client's row at a time

@@ -4,8 +4,8 @@ pool calls the method makes, without loading any method code itself.
 The coordinator is the runner's process (:mod:`benchmark.runner`). It owns the split, the
 :class:`~benchmark.federation.pool.ClientPool` (sampling, clipping, summing, noise), the
 ledger and the accountant, the checkpoints and the evaluation. Method code runs in two
-untrusted processes: the method process (:mod:`benchmark.isolation.method_process`) and the
-client worker (:mod:`benchmark.isolation.client_process`). The one channel between the
+untrusted processes: the method process (:mod:`benchmark.untrusted.method_process`) and the
+client worker (:mod:`benchmark.untrusted.client_worker`). The one channel between the
 method and the private data is the pool's API, carried by :class:`MethodProcess` as JSON
 arguments and opaque job blobs; the coordinator unpickles nothing it receives.
 """
@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.federation.pool import ClientPool
-from benchmark.isolation import wire
 from benchmark.isolation.bounds import RequestBoundError, RequestBounds
 from benchmark.isolation.client_process import LAUNCH, PRIVATE_LOG, ClientFunctionError, child_env
 from benchmark.isolation.corpus import denied_paths
@@ -35,6 +34,7 @@ from benchmark.isolation.sandbox import (
     sandbox_environment,
 )
 from benchmark.privacy.errors import PrivacyError
+from benchmark.protocol import wire
 from benchmark.protocol.operations import (
     AGGREGATE,
     ARRAY,
@@ -57,9 +57,9 @@ def _error_types() -> dict[str, Callable[[str], Exception]]:
     """Errors the harness's own code raises in the method process, re-raised here as the
     same types (tests and users match on them); anything else is a :class:`MethodError`."""
     from benchmark.artifact import ArtifactError
-    from benchmark.federation.pool import ServerAccessError
+    from benchmark.checkpoints import UnsafeCheckpointError
+    from benchmark.protocol.operations import ServerAccessError
     from benchmark.registry import RegistryError
-    from benchmark.runner import UnsafeCheckpointError
     from benchmark.spec import SpecError
 
     kinds = (ArtifactError, PrivacyError, RegistryError, ServerAccessError, SpecError)
@@ -227,7 +227,7 @@ def dispatch(
     elif op.sends == FUNCTION:
         args = {**args, "train_fn": blob}
     elif op.sends == WEIGHTS:
-        from benchmark.runner import load_state_blob
+        from benchmark.checkpoints import load_state_blob
 
         args = {**args, "weights": load_state_blob(blob)}
     value = getattr(pool, op.name)(**args)
@@ -450,7 +450,7 @@ class IsolatedLaunch:
             _WARM_PROFILES.add(self.spec.profile)
 
     def client_worker(self, units: dict[str, list[dict[str, Any]]], run_dir: Path) -> Any:
-        from benchmark.federation.recompute import set_zygote_launch
+        from benchmark.federation.independence_check import set_zygote_launch
 
         self._build_profile_caches()  # the worker's policy names the caches it may read
         from benchmark.isolation.client_process import ClientProcess
@@ -504,7 +504,7 @@ class IsolatedLaunch:
         return RemoteMethod(process, work_dir)
 
     def close(self) -> None:
-        from benchmark.federation.recompute import set_zygote_launch, stop_zygote
+        from benchmark.federation.independence_check import set_zygote_launch, stop_zygote
 
         if self._worker is not None:
             self._worker.close()

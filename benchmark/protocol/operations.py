@@ -15,6 +15,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from benchmark.privacy.errors import PrivacyError
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """What the server receives: the noisy sum and the public normaliser ``q * N``."""
+
+    noisy_sum: np.ndarray
+    expected_count: float
+
+    @property
+    def mean(self) -> np.ndarray:
+        return self.noisy_sum / max(self.expected_count, 1.0)
+
+
+class ServerAccessError(PrivacyError, AttributeError):
+    """Server code asked the pool for something it never exposes."""
+
+
 # What travels as the call's blob (the rest of its arguments travel as JSON).
 JOB = "job"  # client_fn and payload: a snapshot the client worker runs, never opened here
 FUNCTION = "function"  # train_fn: cloudpickled, run by the client worker on every client

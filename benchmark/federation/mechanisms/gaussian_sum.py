@@ -4,7 +4,6 @@ sampling at ``sample_rate`` (or every unit)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -14,21 +13,10 @@ from benchmark.federation.mechanisms.entries import check_gaussian, gaussian_ent
 from benchmark.federation.plain import plain_flag, plain_number
 from benchmark.privacy.errors import PrivacyError
 from benchmark.privacy.ledger import Release
+from benchmark.protocol.operations import Aggregate
 
 if TYPE_CHECKING:
     from benchmark.federation.pool import ClientPool
-
-
-@dataclass(frozen=True)
-class Aggregate:
-    """What the server receives: the noisy sum and the public normaliser ``q * N``."""
-
-    noisy_sum: np.ndarray
-    expected_count: float
-
-    @property
-    def mean(self) -> np.ndarray:
-        return self.noisy_sum / max(self.expected_count, 1.0)
 
 
 def entry(

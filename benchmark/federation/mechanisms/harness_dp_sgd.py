@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from benchmark.federation.clients import client_scope, seeded_rngs
 from benchmark.federation.mechanisms.entries import check_gaussian
 from benchmark.federation.plain import plain_number
-from benchmark.federation.recompute import ENCODE, output_rows, snapshot
 from benchmark.federation.release_log import digest, tensors_digest
 from benchmark.privacy.errors import PrivacyError
 from benchmark.privacy.ledger import SUBSAMPLED_GAUSSIAN, Release
+from benchmark.protocol.jobs import ENCODE, output_rows, snapshot
 
 if TYPE_CHECKING:
     from benchmark.federation.pool import ClientPool

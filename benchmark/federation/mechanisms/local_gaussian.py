@@ -11,9 +11,9 @@ import numpy as np
 from benchmark.federation.client_calls import BatchFn, ClientCall, job_digest, job_of
 from benchmark.federation.mechanisms import client_groups
 from benchmark.federation.mechanisms.entries import check_gaussian, gaussian_entry
-from benchmark.federation.mechanisms.gaussian_sum import Aggregate
 from benchmark.federation.plain import plain_number
-from benchmark.federation.recompute import BATCH
+from benchmark.protocol.jobs import BATCH
+from benchmark.protocol.operations import Aggregate
 
 if TYPE_CHECKING:
     from benchmark.federation.pool import ClientPool

@@ -9,7 +9,7 @@ process and directories, which it can neither reach in memory nor read on disk. 
 the harness's modules here changes only this process's copies; ε, noise and metrics are
 computed elsewhere.
 
-Commands from the coordinator (:mod:`benchmark.isolation.wire`): ``names`` (the methods a
+Commands from the coordinator (:mod:`benchmark.protocol.wire`): ``names`` (the methods a
 submitted file registers), ``describe`` (the resolved config, role and privacy units),
 ``run`` (answered with the number of rounds), then ``setup``, ``round`` and ``resume``, each
 answered with the method state as a torch-saved blob (checked to load as tensors and plain
@@ -20,7 +20,6 @@ type and message.
 
 from __future__ import annotations
 
-import io
 import json
 import socket
 import sys
@@ -30,12 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from benchmark.checkpoints import load_state_blob, save_checked, seed_torch
 from benchmark.federation.costs import count_payload
-from benchmark.federation.mechanisms.gaussian_sum import Aggregate
-from benchmark.federation.pool import ServerAccessError
-from benchmark.federation.recompute import snapshot
-from benchmark.isolation import wire
 from benchmark.privacy.errors import PrivacyError
+from benchmark.protocol import wire
+from benchmark.protocol.jobs import snapshot
 from benchmark.protocol.operations import (
     AGGREGATE,
     ARRAY,
@@ -46,7 +44,9 @@ from benchmark.protocol.operations import (
     PICKLED,
     PLAIN,
     TENSORS,
+    Aggregate,
     Operation,
+    ServerAccessError,
 )
 
 
@@ -119,7 +119,7 @@ def _blobs(op: Operation, named: dict[str, Any]) -> list[bytes]:
         import cloudpickle
 
         return [cloudpickle.dumps(named.pop("train_fn"))]
-    return [state_blob(named.pop("weights"), op.name)]
+    return [save_checked(named.pop("weights"), None, f"method state after {op.name}")]
 
 
 def _answer(op: Operation, header: dict[str, Any], blobs: list[bytes]) -> Any:
@@ -135,8 +135,6 @@ def _answer(op: Operation, header: dict[str, Any], blobs: list[bytes]) -> Any:
 
         return cloudpickle.loads(blobs[0])
     if op.answer == TENSORS:
-        from benchmark.runner import load_state_blob
-
         return load_state_blob(blobs[0])
     return None
 
@@ -156,26 +154,6 @@ for _op in OPERATIONS:
 
 
 # --- the process ---------------------------------------------------------------------------
-
-
-def state_blob(state: Any, where: str) -> bytes:
-    """The method state as the checkpoint keeps it, refused now if it would not load back
-    as tensors and plain data (see :mod:`benchmark.runner`)."""
-    import torch
-
-    from benchmark.runner import UnsafeCheckpointError, load_state_blob
-
-    buffer = io.BytesIO()
-    try:
-        torch.save(state, buffer)
-        load_state_blob(buffer.getvalue())
-    except (UnsafeCheckpointError, TypeError, AttributeError) as exc:
-        reason = " ".join(str(exc).split())
-        raise UnsafeCheckpointError(
-            f"method state after {where}: {reason}; a checkpoint keeps tensors, numbers, "
-            "strings, lists, dicts and numpy arrays only"
-        ) from exc
-    return buffer.getvalue()
 
 
 def _load_method(init: dict[str, Any]) -> Any:
@@ -221,8 +199,6 @@ def _profile(init: dict[str, Any], blobs: list[bytes]) -> Any:
 
 
 def _serve(init: dict[str, Any], blobs: list[bytes], stream: Any) -> None:
-    from benchmark.runner import load_state_blob, seed_torch
-
     if init["op"] == "names":  # which methods a submitted file registers
         from benchmark.registry import METHODS, load_plugin_file
 
@@ -255,11 +231,12 @@ def _serve(init: dict[str, Any], blobs: list[bytes], stream: Any) -> None:
         elif op == "setup":
             seed_torch(seed, -1)
             state = method.setup(ctx)
-            wire.send(stream, {"done": True}, state_blob(state, "setup"))
+            wire.send(stream, {"done": True}, save_checked(state, None, "method state after setup"))
         elif op == "round":
             seed_torch(seed, command["round"])
             state = method.round(ctx, state, command["round"])
-            wire.send(stream, {"done": True}, state_blob(state, f"round {command['round']}"))
+            where = f"method state after round {command['round']}"
+            wire.send(stream, {"done": True}, save_checked(state, None, where))
         elif op == "finish":
             seed_torch(seed, method.num_rounds())
             artifact = method.finish(ctx, state)
