@@ -110,32 +110,26 @@ def client_fn(client, payload):
     return np.zeros(1)
 
 
-ARGUMENTS = {  # a call of each operation, positional arguments as a method makes them
-    "aggregate": (
-        (client_fn,),
-        {"dim": 1, "clip_norm": 1.0, "noise_multiplier": 1.0, "label": "a"},
-    ),
-    "open_tree": (("t",), {"dim": 1, "clip_norm": 1.0, "noise_multiplier": 1.0, "cohort_size": 2}),
-    "tree_step": (("t", client_fn, None, True), {}),
-    "centralized": ((len,), {"label": "c"}),
-    "laplace_aggregate": ((client_fn,), {"dim": 1, "l1_bound": 1.0, "epsilon": 1.0, "label": "l"}),
-    "dp_pca": ((client_fn,), {"dim": 2, "components": 1, "epsilon": 1.0, "label": "p"}),
-    "define_partition": (("parts", client_fn), {"parts": 2}),
-    "part_sizes": (("parts",), {"epsilon": 1.0, "label": "s"}),
-    "dp_logistic_sgd": ((client_fn,), {"dim": 2, "init": np.zeros(2), "label": "g"}),
-    "strong_clients": ((), {}),
-    "define_group": (("strong", [0, 1]), {}),
-    "local_gaussian": ((client_fn,), {"dim": 1, "groups": ["strong"], "label": "lg"}),
-    "local_dp_finetune": (({"w": __import__("torch").zeros(2)},), {"label": "f"}),
-    "dp_preference_finetune": (({"w": __import__("torch").zeros(2)},), {"stage": "sft"}),
+SAMPLES = {  # a leading argument by its name, as a method passes it (others: a name)
+    "client_fn": client_fn,
+    "payload": None,
+    "batched": True,
+    "train_fn": len,
+    "weights": {"w": __import__("torch").zeros(2)},
+    "clients": [0, 1],
 }
+KEYWORDS = {"label": "x", "dim": 2, "init": np.zeros(2)}  # an array travels as a list
+
+
+def arguments(op):
+    return [SAMPLES.get(name, f"{name}-0") for name in op.parameters], dict(KEYWORDS)
 
 
 @pytest.mark.parametrize("op", [op for op in OPERATIONS if not op.in_process_only], ids=str)
 def test_a_proxy_call_reaches_the_pools_operation_through_the_dispatcher(op):
     pool = RecordingPool()
     proxy = PoolProxy(Loopback(pool), num_clients=4)
-    args, kwargs = ARGUMENTS[op.name]
+    args, kwargs = arguments(op)
     got = getattr(proxy, op.name)(*args, **kwargs)
     [(name, received)] = pool.calls
     assert name == op.name
