@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.data import CLIENT_ID, DATE, LABEL, PARTS, SOURCE_ID, TEXT, FederatedSplit
+from benchmark.split_hash import content_hash, sha256, version_of
 
 MANIFEST = "manifest.json"
 CLIENTS = "clients.json"
@@ -198,9 +199,6 @@ def load_split(path: str | Path) -> FederatedSplit:
 
 def _check_content(path: Path, manifest: dict[str, Any], parts: dict[str, list]) -> None:
     """Refuse records (or a client sidecar) that no longer hash to the manifest's key."""
-    # lazy: split_manifest imports this module at its top
-    from benchmark.split_manifest import content_hash, sha256, version_of
-
     clients = path / CLIENTS
     clients_sha = sha256(clients.read_bytes()) if clients.is_file() else "missing"
     actual = content_hash(parts, manifest["source"], manifest["build"], clients_sha)

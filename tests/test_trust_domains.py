@@ -1,6 +1,6 @@
 """The trust domains are visible in the tree: what runs untrusted (benchmark/untrusted/)
 imports nothing of the trusted side, not even lazily, and the runner is reachable from none
-of it; the modules both sides share import neither."""
+of it; the modules both sides share import neither; and the core has no import cycle."""
 
 import ast
 from pathlib import Path
@@ -89,3 +89,34 @@ def test_the_launcher_starts_only_untrusted_modules():
     from benchmark.isolation.launch import ROLES
 
     assert all(under(module, ("benchmark.untrusted",)) for module in ROLES.values())
+
+
+def test_no_import_cycle_in_the_core():
+    """Imports at any level (lazy and type-checking ones included) form no cycle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(module: str) -> None:  # Tarjan's strongly connected components
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for name in GRAPH[module]:
+            if name not in GRAPH:
+                continue
+            if name not in index:
+                visit(name)
+                low[module] = min(low[module], low[name])
+            elif name in stack:
+                low[module] = min(low[module], index[name])
+        if low[module] == index[module]:
+            component = []
+            while not component or component[-1] != module:
+                component.append(stack.pop())
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(GRAPH):
+        if module not in index:
+            visit(module)
+    assert not cycles

@@ -34,7 +34,7 @@ from benchmark.federation import mechanisms
 from benchmark.federation.client_calls import ClientCall, ClientExecutor, InProcessClients, Job
 from benchmark.federation.costs import CostCounters
 from benchmark.federation.independence_check import IndependenceCheck
-from benchmark.federation.mechanisms.client_groups import CLIENT_SAMPLE
+from benchmark.federation.mechanisms.entries import CLIENT_SAMPLE
 from benchmark.federation.plain import plain_number
 from benchmark.federation.release_log import Delivery, ReleaseLog, call_of
 from benchmark.federation.tree import TreeAggregator

@@ -8,13 +8,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from benchmark.data import STRONG
+from benchmark.federation.mechanisms.entries import CLIENT_SAMPLE
 from benchmark.federation.plain import plain_number
 from benchmark.privacy.errors import PrivacyError
 
 if TYPE_CHECKING:
     from benchmark.federation.pool import ClientPool
-
-CLIENT_SAMPLE = "client_sample"
 
 
 def define_group(pool: ClientPool, name: str, clients: list[int]) -> None:

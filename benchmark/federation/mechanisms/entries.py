@@ -7,6 +7,8 @@ import math
 from benchmark.privacy.errors import PrivacyError
 from benchmark.privacy.ledger import LAPLACE, NONPRIVATE, SUBSAMPLED_GAUSSIAN, Release
 
+CLIENT_SAMPLE = "client_sample"  # the privacy unit whose releases are per client, by group
+
 
 def exact_allowed(allow_nonprivate: bool, what: str) -> bool:
     """True if this run may make ``what`` (a non-private release), else a PrivacyError."""
