@@ -166,7 +166,7 @@ class MethodProcess:
         job, what = (blobs[0] if blobs else b""), _call_name(args)
         try:
             self._check_bounds(op, args, pool.num_clients)
-            if op in BY_NAME and BY_NAME[op].sends == JOB:
+            if isinstance(op, str) and op in BY_NAME and BY_NAME[op].sends == JOB:
                 self._declare(args.pop("payload_counts", None))
             return dispatch(pool, op, args, job)
         except ClientFunctionError as exc:  # fixed text, named by the call the method made
