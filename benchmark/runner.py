@@ -14,8 +14,8 @@ resumed method gets the values it was given, never a second draw of their noise.
 
 Run directories share a host with other submissions' runs, so nothing read back from them
 may run code: a checkpoint is loaded with ``weights_only=True`` (tensors, plain data and
-the few data-only types of :data:`CHECKPOINT_TYPES`), and a state that would not load that
-way is refused when it is saved, not when the run resumes.
+the few data-only types of :data:`benchmark.checkpoints.CHECKPOINT_TYPES`), and a state
+that would not load that way is refused when it is saved, not when the run resumes.
 """
 
 from __future__ import annotations
@@ -24,22 +24,23 @@ import contextlib
 import json
 import math
 import os
-import pickle
 import secrets
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
-
-import numpy as np
-import torch
+from typing import Any
 
 from benchmark.artifact import Artifact, ArtifactError
+from benchmark.checkpoints import (
+    UnsafeCheckpointError,
+    load_checkpoint,
+    save_checked,
+    seed_torch,
+)
 from benchmark.data import FederatedSplit, group_by_client
 from benchmark.evaluation.verbatim import check_release
 from benchmark.federation.canaries import CanaryPlan, audited_units, plan_canaries
-from benchmark.federation.costs import CostCounters
 from benchmark.federation.local_dp_sgd import LocalLMTrainer
 from benchmark.federation.pool import INDEPENDENCE_CHECKS, ClientPool
 from benchmark.federation.quarantine import Diagnostics
@@ -67,20 +68,6 @@ QUARANTINE = ".quarantine"  # failed runs' directories, under the runs root
 CHECKPOINT_KEYS = ("run_key", "next_round", "method_state", "pool", "ledger", "elapsed")
 
 
-def _checkpoint_types() -> list[Any]:
-    """What a checkpoint may hold beyond torch's weights-only defaults: the pool's cost
-    counters and numpy arrays and scalars of numeric, bool or string dtypes (client memos,
-    tree prefixes, method scores). Each only carries data, so rebuilding one runs no code
-    of the file's choosing; object arrays stay refused."""
-    rebuild_array = np.zeros(1).__reduce__()[0]  # what pickle names, whatever numpy's layout
-    rebuild_scalar = np.float64(0).__reduce__()[0]
-    dtypes = {type(np.dtype(code)) for code in "?bhilqBHILQefdFDSU"}
-    return [CostCounters, np.ndarray, np.dtype, rebuild_array, rebuild_scalar, *dtypes]
-
-
-CHECKPOINT_TYPES = _checkpoint_types()
-
-
 class RunInterrupted(RuntimeError):
     """Raised by ``stop_after_round`` to simulate a killed run (used by tests)."""
 
@@ -88,10 +75,6 @@ class RunInterrupted(RuntimeError):
 class RunBusy(Busy):
     """The run is being run by another process (its run directory's lock is held): two
     suite workers sharing a runs root skip each other's runs instead of corrupting them."""
-
-
-class UnsafeCheckpointError(pickle.UnpicklingError):
-    """A checkpoint that cannot be loaded without running code, or not one of this run."""
 
 
 @dataclass
@@ -236,50 +219,11 @@ def pool_seed(spec: RunSpec, run_dir: Path) -> int:
     return int(path.read_text())
 
 
-def seed_torch(seed: int, round_index: int) -> None:
-    torch.manual_seed(seed * 1_000_003 + round_index + 1)
-
-
-def _load_checkpoint(path: Path | BinaryIO, *, mmap: bool = False) -> Any:
-    """``torch.load`` of tensors and plain data only (plus :data:`CHECKPOINT_TYPES`): a
-    planted pickle fails here instead of running its code. The error gives the reason."""
-    try:
-        with torch.serialization.safe_globals(CHECKPOINT_TYPES):
-            return torch.load(path, weights_only=True, mmap=mmap)
-    except Exception as exc:
-        raise UnsafeCheckpointError(_refusal(path, exc)) from exc
-
-
-def _refusal(path: Path | BinaryIO, exc: Exception) -> str:
-    """Why a checkpoint was refused, in one line: the globals it would import (the code a
-    planted pickle runs), else the kind of failure."""
-    try:
-        found = torch.serialization.get_unsafe_globals_in_checkpoint(path)
-    except Exception:  # not even a torch checkpoint: the failure's kind says enough
-        found = []
-    allowed = {f"{t.__module__}.{t.__qualname__}" for t in CHECKPOINT_TYPES}
-    unsafe = sorted(set(found) - allowed)
-    if unsafe:
-        return f"it holds {', '.join(unsafe)}, which loading would have to import"
-    return f"it does not load as tensors and plain data ({type(exc).__name__})"
-
-
-def load_state_blob(blob: bytes) -> Any:
-    """A method state saved by an isolated method process (its checkpoint keeps the bytes
-    unopened), loaded there as a checkpoint is: tensors and plain data only."""
-    import io
-
-    try:
-        return _load_checkpoint(io.BytesIO(blob))
-    except UnsafeCheckpointError as exc:
-        raise UnsafeCheckpointError(f"method state: {exc}") from exc
-
-
 def resume_checkpoint(path: Path, run_key: str) -> dict[str, Any]:
     """The checkpoint of run ``run_key`` at ``path``, refused if it needs code to load or
     was written for another run (a file copied or planted from elsewhere)."""
     try:
-        saved = _load_checkpoint(path)
+        saved = load_checkpoint(path)
     except UnsafeCheckpointError as exc:
         raise UnsafeCheckpointError(
             f"{path}: refused: {exc}; delete it to start the run over"
@@ -298,15 +242,7 @@ def _save_checkpoint(run_dir: Path, payload: dict[str, Any], round_index: int) -
     """Write the checkpoint atomically once it is known to load back safely, so a method
     state that only code could rebuild fails now, in the round that made it."""
     tmp = run_dir / (CHECKPOINT + ".tmp")
-    where = f"method state after round {round_index}"
-    hint = "a checkpoint keeps tensors, numbers, strings, lists, dicts and numpy arrays only"
-    try:
-        torch.save(payload, tmp)
-        _load_checkpoint(tmp, mmap=True)
-    except (UnsafeCheckpointError, pickle.PicklingError, TypeError, AttributeError) as exc:
-        tmp.unlink(missing_ok=True)
-        reason = " ".join(str(exc).split())
-        raise UnsafeCheckpointError(f"{where}: {reason}; {hint}") from exc
+    save_checked(payload, tmp, f"method state after round {round_index}")
     os.replace(tmp, run_dir / CHECKPOINT)
 
 

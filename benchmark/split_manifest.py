@@ -20,50 +20,19 @@ part in stored order. ``version`` is ``"v-" + content_hash[:12]``.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from benchmark.data import CLIENT_ID, DATE, LABEL, PARTS
+from benchmark.data import CLIENT_ID, DATE, LABEL
+from benchmark.split_hash import (  # the builders' pipeline uses them as split_manifest's
+    FORMAT,  # noqa: F401
+    canonical,  # noqa: F401
+)
 
-FORMAT = "fedsynth-split/1"
 # Above this many distinct labels a part's label counts are summarised by their number.
 MAX_LISTED_LABELS = 100
-
-
-def canonical(obj: Any) -> bytes:
-    """One byte string per JSON value: sorted keys, no whitespace, UTF-8."""
-    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def hashed_source(source_section: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of the source section that defines the data (the description is prose)."""
-    return {k: v for k, v in source_section.items() if k != "description"}
-
-
-def content_hash(
-    parts: Mapping[str, Iterable[Mapping[str, Any]]],
-    source_section: Mapping[str, Any],
-    build_section: Mapping[str, Any],
-    clients_sha256: str,
-) -> str:
-    digest = hashlib.sha256()
-    digest.update(FORMAT.encode() + b"\n")
-    digest.update(canonical(hashed_source(source_section)) + b"\n")
-    digest.update(canonical(build_section) + b"\n")
-    digest.update(clients_sha256.encode() + b"\n")
-    for part in PARTS:
-        digest.update(f"part {part}\n".encode())
-        for record in parts.get(part, []):
-            digest.update(canonical(record) + b"\n")
-    return digest.hexdigest()
 
 
 # what one unit is for the privacy units that are not the split's client
@@ -82,10 +51,6 @@ def unit_statement(manifest: Mapping[str, Any], unit: str) -> str:
         return f"{unit} = {_SAMPLE_UNITS.get(unit, unit)}"
     stated = manifest.get("privacy_unit", {}).get("statement")
     return stated or "user = one client of the split (its manifest does not say what a client is)"
-
-
-def version_of(hash_hex: str) -> str:
-    return f"v-{hash_hex[:12]}"
 
 
 def summarise_part(rows: list[Mapping[str, Any]]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.data import CLIENT_ID, DATE, LABEL, PARTS, SOURCE_ID, TEXT, FederatedSplit
-from benchmark.split_manifest import content_hash, sha256, version_of
+from benchmark.split_hash import content_hash, sha256, version_of
 
 MANIFEST = "manifest.json"
 CLIENTS = "clients.json"

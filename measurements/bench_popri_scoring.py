@@ -17,7 +17,7 @@ so the numbers measure scoring and aggregation, not a sentence encoder. Reported
   scale vector times the matrix), i.e. what the pool's generic part could cost.
 
 Each private release also recomputes ``--independence-checks`` sampled clients alone, each
-in a fresh fork that unpickles the job (``benchmark/federation/recompute.py``); that is part
+in a fresh fork that unpickles the job (``benchmark/untrusted/zygote.py``); that is part
 of ``warm_pool_generic_s``, and ``--independence-checks 0`` shows its cost.
 
 With ``--isolated`` the round runs as on the isolated path (``benchmark/isolation``): the
@@ -46,9 +46,9 @@ import numpy as np
 
 from benchmark.federation.clients import ClientBatch
 from benchmark.federation.pool import INDEPENDENCE_CHECKS, ClientPool
-from benchmark.federation.recompute import snapshot
 from benchmark.privacy.ledger import PrivacyLedger
 from benchmark.profiles.base import Embedder
+from benchmark.protocol.jobs import snapshot
 from methods.popri_scoring import SimilarityScorer, unit_rows
 
 

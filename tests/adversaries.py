@@ -281,9 +281,9 @@ def sleep_by_letter(client, payload):
 def rewrite_reports(client, payload):
     """Patches the worker's own messages so that every header it sends carries counts
     made from the private text (what the worker once reported as payload counts)."""
-    from benchmark.isolation import client_process
+    from benchmark.untrusted import client_worker
 
-    send = client_process.wire.send
+    send = client_worker.wire.send
     letter = ord(first_letter(client))
 
     def send_with_counts(stream, header, *blobs):
@@ -291,7 +291,7 @@ def rewrite_reports(client, payload):
             stream, {**header, "floats": letter, "texts": letter, "seconds": letter}, *blobs
         )
 
-    client_process.wire.send = send_with_counts
+    client_worker.wire.send = send_with_counts
     return mean_length(client, payload)
 
 

@@ -233,10 +233,11 @@ def test_a_recomputation_finds_nothing_an_earlier_one_left(tmp_path):
     function that leaves state for later calls (files, a module, a daemon), over two
     releases: every call must find none, else its row (1) differs from the expected 0 and
     the release is refused."""
-    from benchmark.federation import recompute
+    from benchmark.federation import independence_check
     from benchmark.isolation.client_process import LAUNCH, child_env
     from benchmark.isolation.coordinator import harness_code, policy_for
     from benchmark.isolation.sandbox import sandbox_environment
+    from benchmark.protocol import jobs
 
     scratch = tmp_path / "recompute_tmp"
     scratch.mkdir()
@@ -245,11 +246,11 @@ def test_a_recomputation_finds_nothing_an_earlier_one_left(tmp_path):
         [sys.executable, "-m", LAUNCH, "zygote"],
         {**child_env(), **sandbox_environment(policy, scratch)},
     )
-    recompute.set_zygote_launch(launch)
+    independence_check.set_zygote_launch(launch)
     try:
         for release in range(2):
-            check = recompute.Recheck(
-                recompute.CLIENT, recompute.snapshot(leaves_state, None), frozenset({0, 1, 2})
+            check = independence_check.IndependenceCheck(
+                jobs.CLIENT, jobs.snapshot(leaves_state, None), frozenset({0, 1, 2})
             )
             for client in range(3):
                 records = [{"text": f"t{release}{client}", "client_id": "c"}]
@@ -257,7 +258,7 @@ def test_a_recomputation_finds_nothing_an_earlier_one_left(tmp_path):
             check.finish(1.0)
         assert not list(scratch.iterdir()), "a call's scratch outlived it"
     finally:
-        recompute.set_zygote_launch(None)
+        independence_check.set_zygote_launch(None)
 
 
 # --- class 8: every untrusted process dies with its run -------------------------------------

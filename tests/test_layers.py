@@ -39,14 +39,6 @@ FORBIDDEN = {
 ADAPTERS = [*sorted((ROOT / "methods").glob("*.py")), ROOT / "docs/tutorials/example_adapter.py"]
 # Cycles another change removes (issue 36 item 3: the untrusted processes stop importing the
 # runner). Delete an entry when it lands: the test fails while a listed cycle is gone.
-PENDING_CYCLES = [
-    {
-        "benchmark.runner",
-        "benchmark.isolation.coordinator",
-        "benchmark.isolation.client_process",
-        "benchmark.isolation.client_shards",
-    }
-]
 
 
 @dataclass(frozen=True)
@@ -153,9 +145,7 @@ def test_a_layer_imports_only_the_layers_below_it(package):
 
 def test_no_module_imports_itself_round_a_cycle():
     found = cycles(GRAPH)
-    assert [sorted(c) for c in found if c not in PENDING_CYCLES] == []
-    gone = [sorted(c) for c in PENDING_CYCLES if c not in found]
-    assert gone == [], "cycles removed: delete them from PENDING_CYCLES"
+    assert [sorted(c) for c in found] == []
 
 
 def test_the_checks_see_lazy_relative_and_submodule_imports(tmp_path):

@@ -85,7 +85,7 @@ def test_a_run_resolves_only_its_methods_declared_models_before_any_sandbox_star
             "profile": "tiny",
         }
     )
-    from benchmark.federation.recompute import set_zygote_launch
+    from benchmark.federation.independence_check import set_zygote_launch
 
     try:
         with pytest.raises(Started):

@@ -245,14 +245,15 @@ def test_a_large_batched_release_streams_in_blocks_and_equals_the_in_process_one
 
     import cloudpickle
 
-    from benchmark.federation.recompute import snapshot
     from benchmark.isolation import client_process
+    from benchmark.protocol.jobs import snapshot
+    from benchmark.untrusted import client_worker
 
     monkeypatch.setattr(client_process, "SHARED_BLOCK_BYTES", 1 << 16)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     data = {f"c{i:03d}": [{"text": str(i)}] for i in range(80)}
     dim = 4096
-    assert 80 * dim * 4 > client_process.SHARED_ROWS_BYTES
+    assert 80 * dim * 4 > client_worker.SHARED_ROWS_BYTES
     worker = client_process.ClientProcess([data[c] for c in sorted(data)], None, 1, tmp_path)
     job = snapshot(_wide_rows, dim)  # what an isolated method process sends
     blocks: list[int] = []

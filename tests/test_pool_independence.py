@@ -126,11 +126,11 @@ def slow_when_alone(client, pool_pid):
 
 
 def test_a_check_that_cannot_finish_refuses_the_release_and_says_what_it_allowed(monkeypatch):
-    from benchmark.federation import recompute
+    from benchmark.federation import independence_check
 
     pool = make_pool()
     release(pool, own_row)
-    monkeypatch.setattr(recompute, "GRACE_S", 3.0)
+    monkeypatch.setattr(independence_check, "GRACE_S", 3.0)
     started = time.monotonic()
     with pytest.raises(
         PrivacyError, match=r"did not finish: .* longer than the 3 s \+ 4 x the release's own time"
@@ -319,7 +319,7 @@ def test_release_counter_cannot_be_rewound():
 def test_a_jobs_arrays_travel_out_of_band_as_writable_views_of_its_blob():
     """The recomputation children unpickle a job without copying its arrays: they are views
     of the blob, writable when it is a bytearray (like the pool's own payload)."""
-    from benchmark.federation.recompute import load_job, snapshot
+    from benchmark.protocol.jobs import load_job, snapshot
 
     payload = {"table": np.arange(4096, dtype=np.float32).reshape(64, 64), "name": "t"}
     blob = bytearray(snapshot(own_row, payload))

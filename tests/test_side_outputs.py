@@ -89,9 +89,9 @@ def pool_refusal(tmp_path, fn, letter, batched=False):
     ``letter`` split (the isolated path below the method process: the job as a method
     process sends it, the real worker, the real pool)."""
     from benchmark.federation.pool import ClientPool
-    from benchmark.federation.recompute import snapshot
     from benchmark.isolation.client_process import ClientProcess
     from benchmark.privacy.ledger import PrivacyLedger
+    from benchmark.protocol.jobs import snapshot
     from benchmark.runner import privacy_units
 
     units = privacy_units(split_with(letter), "user")

@@ -6,7 +6,7 @@ method) raises :class:`PrivacyError` when read outside that scope.
 
 Each client-side call also runs under :func:`seeded_rngs`, so its randomness is a function
 of the call's seed alone: that is what lets the pool recompute a client's row in another
-process and compare (:mod:`benchmark.federation.recompute`).
+process and compare (:mod:`benchmark.federation.independence_check`).
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class ClientBatch:
     The function must compute each row from that row's client only (as if run on each
     device), and its randomness must not depend on who else is in the batch: the pool seeds
     the RNGs once per batch call, and recomputes sampled rows in a batch of one with the
-    same seed (:mod:`benchmark.federation.recompute`). It clips and noises every row
+    same seed (:mod:`benchmark.federation.independence_check`). It clips and noises every row
     separately before summing.
     """
 

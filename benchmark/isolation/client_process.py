@@ -1,12 +1,13 @@
-"""The client worker: the process that holds the train shards and runs client-side code.
+"""The coordinator's handle on the client worker, the process that holds the train shards
+and runs client-side code (:mod:`benchmark.untrusted.client_worker`).
 
-A method's client-side functions arrive here as snapshot blobs (``recompute.snapshot``: a
-protocol-5 pickle with its arrays out of band), from the method's process, forwarded
-unopened by the coordinator. The worker runs them on its clients, as
-:class:`~benchmark.federation.pool.ClientPool` would in process (inside
-:func:`client_scope`, under :func:`seeded_rngs` with the seeds the coordinator sends), and
-returns per-client rows as ``.npy`` arrays (a large batch through a shared memory file),
-which the coordinator clips, sums and noises.
+A method's client-side functions arrive there as snapshot blobs
+(:func:`benchmark.protocol.jobs.snapshot`: a protocol-5 pickle with its arrays out of
+band), from the method's process, forwarded unopened by the coordinator. The worker runs
+them on its clients, as :class:`~benchmark.federation.pool.ClientPool` would in process
+(inside :func:`client_scope`, under :func:`seeded_rngs` with the seeds the coordinator
+sends), and returns per-client rows as ``.npy`` arrays (a large batch through a shared
+memory file), which the coordinator clips, sums and noises.
 
 Nothing else it says is repeated: every value that leaves it is either a row (clipped and
 noised before anyone sees it) or a fact the coordinator checks against a fixed vocabulary.
@@ -25,10 +26,10 @@ It starts from a fresh interpreter (:mod:`benchmark.isolation.launch`), which sa
 itself first (:mod:`benchmark.isolation.sandbox`: read-only code and models, only its own
 scratch directory writable, no network, no signals), then receives the shards and serves.
 A function that keeps a client's data in a module global can only fold it into later rows,
-which the coordinator's independence check (:mod:`benchmark.federation.recompute`) and
+which the coordinator's independence check (:mod:`benchmark.federation.independence_check`) and
 per-row clipping bound.
 
-Protocol (:mod:`benchmark.isolation.wire`): an ``init`` message (threads)
+Protocol (:mod:`benchmark.protocol.wire`): an ``init`` message (threads)
 with the shards as a JSON blob; then requests ``rows`` (job blob; indices, seeds, batched,
 dim) answered by one ``row`` message per client (or one for a batch) and a ``done``;
 ``all`` (job blob) answered by ``done`` with the cloudpickled result (the non-private
@@ -39,16 +40,12 @@ caches, torch-saved, for checkpoints).
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import mmap
 import os
-import pickle
 import signal
-import socket
 import subprocess
 import sys
-import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,14 +53,11 @@ from typing import Any
 import numpy as np
 
 from benchmark.federation.client_errors import error_class
-from benchmark.federation.clients import ClientBatch, ClientData, client_scope, seeded_rngs
-from benchmark.federation.recompute import load_job
-from benchmark.isolation import wire
 from benchmark.isolation.bounds import RequestBounds
 from benchmark.isolation.sandbox import GPU_ENVIRONMENT, Policy, sandbox_environment
 from benchmark.privacy.errors import PrivacyError
+from benchmark.protocol import wire
 
-SHARED_ROWS_BYTES = 1 << 20  # batched rows larger than this go through shared memory
 SHARED_BLOCK_BYTES = 1 << 25  # ... and come out of it in blocks of about this size
 
 
@@ -276,117 +270,3 @@ def private_log(path: Path | None) -> Iterator[Any]:
         yield fd
     finally:
         os.close(fd)
-
-
-# --- worker side ---------------------------------------------------------------------------
-
-
-def _send_batch(rows: Any, stream: Any, shared_fd: int) -> None:
-    """A batched call's rows: through the shared memory file when large (one copy, no
-    pickling or framing of hundreds of MB), else as a ``.npy`` blob."""
-    rows = np.ascontiguousarray(rows)
-    if rows.dtype.kind not in "fiu" or rows.ndim != 2 or rows.nbytes <= SHARED_ROWS_BYTES:
-        wire.send(stream, {}, wire.array_bytes(rows))
-        return
-    os.ftruncate(shared_fd, rows.nbytes)
-    with mmap.mmap(shared_fd, rows.nbytes) as view:
-        target = np.frombuffer(view, rows.dtype, rows.size).reshape(rows.shape)
-        target[...] = rows
-        del target
-    wire.send(stream, {"shared": True, "dtype": rows.dtype.str, "shape": list(rows.shape)})
-
-
-def _rows(
-    clients: list[ClientData], header: dict[str, Any], job: bytes, stream: Any, shared_fd: int
-) -> None:
-    fn, payload = load_job(bytearray(job))
-    indices, seeds = header["indices"], header["seeds"]
-    with client_scope():
-        if header["batched"]:
-            if indices:
-                with seeded_rngs(seeds[0]):
-                    rows = fn(ClientBatch([clients[i] for i in indices]), payload)
-                _send_batch(rows, stream, shared_fd)
-        else:
-            for i, seed in zip(indices, seeds, strict=True):
-                with seeded_rngs(seed):
-                    row = np.asarray(fn(clients[i], payload))
-                wire.send(stream, {}, wire.array_bytes(row[None]))
-    wire.send(stream, {"done": True})
-
-
-def pack_memos(memos: list[Any]) -> bytes:
-    """Clients' memos as one blob (what a checkpoint stores, unopened)."""
-    import torch
-
-    buffer = io.BytesIO()
-    torch.save(memos, buffer)
-    return buffer.getvalue()
-
-
-def unpack_memos(blob: bytes) -> list[Any]:
-    """A memo blob, opened with torch's weights-only loader (no code runs)."""
-    import torch
-
-    from benchmark.runner import CHECKPOINT_TYPES
-
-    with torch.serialization.safe_globals(CHECKPOINT_TYPES):
-        return torch.load(io.BytesIO(blob), weights_only=True)
-
-
-def _memos(clients: list[ClientData]) -> bytes:
-    return pack_memos([c._memo for c in clients])
-
-
-def _load_memos(clients: list[ClientData], blob: bytes) -> None:
-    for client, memo in zip(clients, unpack_memos(blob), strict=True):
-        client._memo.clear()
-        client._memo.update(memo)
-
-
-def _serve(
-    clients: list[ClientData],
-    header: dict[str, Any],
-    blobs: list[bytes],
-    stream: Any,
-    shared_fd: int,
-) -> None:
-    op = header["op"]
-    if op == "rows":
-        _rows(clients, header, blobs[0], stream, shared_fd)
-    elif op == "all":
-        import cloudpickle
-
-        train_fn = pickle.loads(blobs[0])
-        with client_scope():
-            result = train_fn(clients)
-        wire.send(stream, {"done": True}, cloudpickle.dumps(result))
-    elif op == "memos":
-        wire.send(stream, {"done": True}, _memos(clients))
-    elif op == "load_memos":
-        _load_memos(clients, blobs[0])
-        wire.send(stream, {"done": True})
-    else:
-        raise ValueError(op)
-
-
-def main(fd: int, shared_fd: int) -> None:
-    sock = socket.socket(fileno=fd)
-    stream = sock.makefile("rwb")
-    header, blobs = wire.recv(stream)
-    clients = [ClientData(records, {}) for records in json.loads(blobs[0])]
-    del blobs
-    if header["threads"]:
-        import torch
-
-        torch.set_num_threads(header["threads"])
-    while True:
-        try:
-            request, job = wire.recv(stream)
-        except wire.ChannelClosed:
-            return
-        try:
-            _serve(clients, request, job, stream, shared_fd)
-        except Exception as exc:
-            traceback.print_exc()  # to the private client log, for the operator
-            wire.send(stream, {"error": type(exc).__name__})

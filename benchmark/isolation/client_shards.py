@@ -29,13 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from benchmark.checkpoints import pack_memos, unpack_memos
 from benchmark.isolation.client_process import (
     MALFORMED,
     NO_LOCAL_CLIENTS,
     ClientFunctionError,
     ClientProcess,
-    pack_memos,
-    unpack_memos,
 )
 from benchmark.isolation.sandbox import Policy
 from benchmark.privacy.errors import PrivacyError

@@ -4,8 +4,8 @@ pool calls the method makes, without loading any method code itself.
 The coordinator is the runner's process (:mod:`benchmark.runner`). It owns the split, the
 :class:`~benchmark.federation.pool.ClientPool` (sampling, clipping, summing, noise), the
 ledger and the accountant, the checkpoints and the evaluation. Method code runs in two
-untrusted processes: the method process (:mod:`benchmark.isolation.method_process`) and the
-client worker (:mod:`benchmark.isolation.client_process`). The one channel between the
+untrusted processes: the method process (:mod:`benchmark.untrusted.method_process`) and the
+client worker (:mod:`benchmark.untrusted.client_worker`). The one channel between the
 method and the private data is the pool's API, carried by :class:`MethodProcess` as JSON
 arguments and opaque job blobs; the coordinator unpickles nothing it receives.
 """
@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.federation.pool import ClientPool
-from benchmark.isolation import wire
 from benchmark.isolation.bounds import RequestBoundError, RequestBounds
 from benchmark.isolation.client_process import LAUNCH, PRIVATE_LOG, ClientFunctionError, child_env
 from benchmark.isolation.corpus import denied_paths
@@ -36,27 +35,32 @@ from benchmark.isolation.sandbox import (
     sandbox_environment,
 )
 from benchmark.privacy.errors import PrivacyError
+from benchmark.protocol import wire
+from benchmark.protocol.operations import (
+    AGGREGATE,
+    ARRAY,
+    BLOB_PARAMETERS,
+    BY_NAME,
+    FUNCTION,
+    JOB,
+    PICKLED,
+    PLAIN,
+    TENSORS,
+    WEIGHTS,
+)
 
 
 class MethodError(RuntimeError):
     """Method code raised (in the method process); the message is the method's own."""
 
 
-# Pool operations that run a client-side job and answer with one array.
-ARRAY_OPS = ("laplace_aggregate", "dp_pca", "dp_logistic_sgd")
-# Operations that hold every unit's row (num_clients x dim) in the coordinator.
-ROW_OPS = ("laplace_aggregate", "dp_pca", "dp_logistic_sgd", "define_partition")
-# Operations that carry a client-side job, with the payload counts the method side declares.
-JOB_OPS = ("aggregate", "local_gaussian", "tree_step", "define_partition", *ARRAY_OPS)
-
-
 def _error_types() -> dict[str, Callable[[str], Exception]]:
     """Errors the harness's own code raises in the method process, re-raised here as the
     same types (tests and users match on them); anything else is a :class:`MethodError`."""
     from benchmark.artifact import ArtifactError
-    from benchmark.federation.pool import ServerAccessError
+    from benchmark.checkpoints import UnsafeCheckpointError
+    from benchmark.protocol.operations import ServerAccessError
     from benchmark.registry import RegistryError
-    from benchmark.runner import UnsafeCheckpointError
     from benchmark.spec import SpecError
 
     kinds = (ArtifactError, PrivacyError, RegistryError, ServerAccessError, SpecError)
@@ -176,9 +180,9 @@ class MethodProcess:
         job, what = (blobs[0] if blobs else b""), _call_name(args)
         try:
             self._check_bounds(op, args, pool.num_clients)
-            if op in JOB_OPS:
+            if isinstance(op, str) and op in BY_NAME and BY_NAME[op].sends == JOB:
                 self._declare(args.pop("payload_counts", None))
-            return self._call(pool, op, args, job)
+            return dispatch(pool, op, args, job)
         except ClientFunctionError as exc:  # fixed text, named by the call the method made
             raise ClientFunctionError(f"pool.{op} ({what}): {exc}") from None
         except (TypeError, KeyError) as exc:
@@ -191,10 +195,11 @@ class MethodProcess:
         if type(dim) is not int:
             return  # the pool refuses what is not a whole number
         self.bounds.check("release_dim", dim, f"pool.{op}: dim")
-        if op in ROW_OPS:
+        declared = BY_NAME.get(op) if isinstance(op, str) else None
+        if declared is not None and declared.holds_rows:
             self.bounds.check("held_floats", num_clients * dim, f"pool.{op}: units x dim")
-        if op == "dp_pca":
-            self.bounds.check("held_floats", dim * dim, "pool.dp_pca: dim x dim")
+        if declared is not None and declared.holds_square:
+            self.bounds.check("held_floats", dim * dim, f"pool.{op}: dim x dim")
 
     def _declare(self, counts: Any) -> None:
         """Tell the client executor what one client downloads (floats, texts) for this call:
@@ -209,39 +214,6 @@ class MethodProcess:
         if self._clients is not None:
             self._clients.payload_counts = (counts[0], counts[1])
 
-    def _call(
-        self, pool: ClientPool, op: Any, args: dict[str, Any], job: bytes
-    ) -> tuple[dict[str, Any], bytes]:
-        """The pool's answer to one call, as a header and a blob."""
-        if op in ("aggregate", "local_gaussian"):  # both answer with an Aggregate
-            aggregate = getattr(pool, op)(job, None, **args)
-            noisy = wire.array_bytes(aggregate.noisy_sum)
-            return {"expected_count": aggregate.expected_count}, noisy
-        if op in ARRAY_OPS:
-            return {}, wire.array_bytes(getattr(pool, op)(job, None, **args))
-        if op == "part_sizes":
-            return {}, wire.array_bytes(pool.part_sizes(args.pop("partition"), **args))
-        if op == "define_partition":
-            pool.define_partition(args.pop("name"), job, None, **args)
-            return {}, b""
-        if op == "tree_step":
-            prefix = pool.tree_step(args["name"], job, None, batched=args["batched"])
-            return {}, wire.array_bytes(prefix)
-        if op == "open_tree":
-            return {"leaves": pool.open_tree(args.pop("name"), **args)}, b""
-        if op == "centralized":
-            return {}, pool.centralized(job, label=args["label"])
-        if op == "strong_clients":
-            return {"clients": pool.strong_clients()}, b""
-        if op == "define_group":
-            pool.define_group(args["name"], args["clients"])
-            return {}, b""
-        if op in ("local_dp_finetune", "dp_preference_finetune"):  # weights in, weights out
-            from benchmark.runner import load_state_blob
-
-            return {}, tensors_blob(getattr(pool, op)(load_state_blob(job), **args))
-        raise PrivacyError(f"the pool has no operation {op!r}")
-
     def close(self) -> None:
         self._stream.close()
         self._sock.close()
@@ -250,6 +222,40 @@ class MethodProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def dispatch(
+    pool: Any, name: Any, args: dict[str, Any], blob: bytes
+) -> tuple[dict[str, Any], bytes]:
+    """The pool's answer to one call from the method process, as a header and a blob: the
+    declared operation (:mod:`benchmark.protocol.operations`) called with the JSON
+    arguments and the call's blob in its declared place, its value encoded as declared."""
+    op = BY_NAME.get(name) if isinstance(name, str) else None
+    if op is None or op.in_process_only:
+        raise PrivacyError(f"the pool has no operation {name!r}")
+    taken = [p for params in BLOB_PARAMETERS.values() for p in params if p in args]
+    if taken:
+        raise PrivacyError(f"pool.{op.name}: malformed arguments ({taken[0]} is not JSON)")
+    if op.sends == JOB:
+        args = {**args, "client_fn": blob, "payload": None}
+    elif op.sends == FUNCTION:
+        args = {**args, "train_fn": blob}
+    elif op.sends == WEIGHTS:
+        from benchmark.checkpoints import load_state_blob
+
+        args = {**args, "weights": load_state_blob(blob)}
+    value = getattr(pool, op.name)(**args)
+    if op.answer == AGGREGATE:
+        return {"expected_count": value.expected_count}, wire.array_bytes(value.noisy_sum)
+    if op.answer == ARRAY:
+        return {}, wire.array_bytes(value)
+    if op.answer == PLAIN:
+        return {"value": value}, b""
+    if op.answer == PICKLED:
+        return {}, value
+    if op.answer == TENSORS:
+        return {}, tensors_blob(value)
+    return {}, b""
 
 
 def _call_name(args: dict[str, Any]) -> str:
@@ -477,7 +483,7 @@ class IsolatedLaunch:
             _WARM_ROLES.update((self.spec.profile, r) for r in cold)
 
     def client_worker(self, units: dict[str, list[dict[str, Any]]], run_dir: Path) -> Any:
-        from benchmark.federation.recompute import set_zygote_launch
+        from benchmark.federation.independence_check import set_zygote_launch
 
         self._build_profile_caches()  # the worker's policy names the caches it may read
         from benchmark.isolation.client_process import ClientProcess
@@ -532,7 +538,7 @@ class IsolatedLaunch:
         return RemoteMethod(process, work_dir)
 
     def close(self) -> None:
-        from benchmark.federation.recompute import set_zygote_launch, stop_zygote
+        from benchmark.federation.independence_check import set_zygote_launch, stop_zygote
 
         if self._worker is not None:
             self._worker.close()

@@ -8,9 +8,9 @@ starts dies with it), applies the sandbox its parent put in the environment
 (:func:`~benchmark.isolation.sandbox.enter_sandbox_from_environment`: Landlock, then the
 seccomp filter) while nothing but the standard library and the harness's package roots is
 imported, then runs the role's ``main``: ``client``
-(:mod:`benchmark.isolation.client_process`), ``method``
-(:mod:`benchmark.isolation.method_process`) or ``zygote`` (the independence check's
-recomputations, :mod:`benchmark.federation.recompute`, which run client code too). The
+(:mod:`benchmark.untrusted.client_worker`), ``method``
+(:mod:`benchmark.untrusted.method_process`) or ``zygote`` (the independence check's
+recomputations, :mod:`benchmark.untrusted.zygote`, which run client code too). The
 roles' modules import numpy, whose OpenBLAS threads would start unrestricted if they were
 imported first.
 """
@@ -21,9 +21,9 @@ import importlib
 import sys
 
 ROLES = {
-    "client": "benchmark.isolation.client_process",
-    "method": "benchmark.isolation.method_process",
-    "zygote": "benchmark.federation.recompute",
+    "client": "benchmark.untrusted.client_worker",
+    "method": "benchmark.untrusted.method_process",
+    "zygote": "benchmark.untrusted.zygote",
 }
 
 

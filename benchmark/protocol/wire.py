@@ -3,8 +3,8 @@
 The trusted side (the coordinator) never unpickles what an untrusted process sends: headers
 are JSON, arrays are ``.npy`` bytes read with ``allow_pickle=False``, and anything else (a
 pickled client function, a method's state) is an opaque blob the coordinator only stores
-or forwards. A frame is an 8-byte little-endian length and a body (the framing of
-:mod:`benchmark.federation.recompute`).
+or forwards. A frame is an 8-byte little-endian length and a body (:func:`write_frame`),
+the framing of every channel between the trust domains, the independence check's included.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from benchmark.federation.recompute import write_frame
 from benchmark.privacy.errors import PrivacyError
 
 Message = tuple[dict[str, Any], list[bytes]]
@@ -32,7 +31,23 @@ class MessageTooLarge(ChannelClosed):
     not repeated: the sender chose it)."""
 
 
-_LENGTH = struct.Struct("<Q")  # a frame's length prefix (recompute.write_frame's)
+FRAME = struct.Struct("<Q")  # a frame's length prefix
+
+
+def write_frame(stream: BinaryIO, body: bytes) -> None:
+    stream.write(FRAME.pack(len(body)))
+    stream.write(body)
+    stream.flush()
+
+
+def read_frame(stream: BinaryIO) -> bytes | None:
+    """The next frame's body, or None at end of input (a short read is an end too)."""
+    head = stream.read(FRAME.size)
+    if len(head) < FRAME.size:
+        return None
+    (size,) = FRAME.unpack(head)
+    body = stream.read(size)
+    return body if len(body) == size else None
 
 
 def send(stream: BinaryIO, header: dict[str, Any], *blobs: bytes) -> None:
@@ -44,10 +59,10 @@ def send(stream: BinaryIO, header: dict[str, Any], *blobs: bytes) -> None:
 def _frame(stream: BinaryIO, left: int | None) -> bytes | None:
     """The next frame's body (None at end of input), refused before it is read when its
     announced length exceeds ``left`` bytes."""
-    head = stream.read(_LENGTH.size)
-    if len(head) < _LENGTH.size:
+    head = stream.read(FRAME.size)
+    if len(head) < FRAME.size:
         return None
-    (size,) = _LENGTH.unpack(head)
+    (size,) = FRAME.unpack(head)
     if left is not None and size > left:
         raise MessageTooLarge("the other process sent a message larger than allowed")
     body = stream.read(size)
@@ -70,7 +85,7 @@ def recv(stream: BinaryIO, limit: int | None = None) -> Message:
     for _ in range(count):
         blob = _frame(stream, left)
         if left is not None and blob is not None:
-            left -= _LENGTH.size + len(blob)  # empty frames count too
+            left -= FRAME.size + len(blob)  # empty frames count too
         if blob is None:
             raise ChannelClosed("the other process closed the channel mid-message")
         blobs.append(blob)

@@ -1,4 +1,5 @@
-"""The independence check: sampled client rows recomputed alone, in a clean process.
+"""The independence check (trusted side): sampled client rows recomputed alone, in a clean
+process, and compared with the rows the pool clipped.
 
 Per-client clipping bounds a client's influence on a release only if the row the pool
 clips was computed from that client alone. A batched function can mix every client into
@@ -13,22 +14,22 @@ inside :func:`client_scope`, under :func:`seeded_rngs`) and sends back the outpu
 the pool compares with its own row. A client's memo is recomputed from its records (a memo
 could otherwise carry what a batched ``memo_rows`` computed from several clients).
 
-Processes: a *zygote*, started once from a fresh interpreter, only imports modules (those
-the jobs' pickles name that the pool's process has imported: never a module a call
-imported, which would let a call leave state for later ones) and forks; it never receives
-a function, a payload or a record. Per release it forks a *release worker*, which receives
-the pickled job once and relays; per sampled client the release worker forks a child that
-runs the call in a grandchild of its own (:func:`_contained_call`): process 1 of a new PID
-namespace where the kernel allows it, in a nested sandbox that writes only a fresh scratch
-directory and signals nobody outside; once it ends, every process it started is dead and
-the scratch removed. So a call finds nothing an earlier call left, in memory, on disk or
-in a process, and cannot read the next client's records (it never holds the release's
-socket). The job's large buffers travel out of band
-(:func:`snapshot`): a child unpickles only the pickle stream, its arrays views of the
-release worker's copy, so a 100 MB payload is not copied once per sampled client. torch
-and the harness's modules are thus imported once per run (a method's own modules, which
-the pool's process does not import on the isolated path, once per call), and each
-recomputation costs two forks (milliseconds) on top of the call itself.
+Processes (:mod:`benchmark.untrusted.zygote`: they run client code). A *zygote*, started
+once from a fresh interpreter, only imports modules (those the jobs' pickles name that the
+pool's process has imported: never a module a call imported, which would let a call leave
+state for later ones) and forks; it never receives a function, a payload or a record. Per
+release it forks a *release worker*, which receives the pickled job once and relays; per
+sampled client the release worker forks a child that runs the call in a grandchild of its
+own: process 1 of a new PID namespace where the kernel allows it, in a nested sandbox that
+writes only a fresh scratch directory and signals nobody outside; once it ends, every
+process it started is dead and the scratch removed. So a call finds nothing an earlier
+call left, in memory, on disk or in a process, and cannot read the next client's records
+(it never holds the release's socket). The job's large buffers travel out of band
+(:func:`~benchmark.protocol.jobs.snapshot`): a child unpickles only the pickle stream, its
+arrays views of the release worker's copy, so a 100 MB payload is not copied once per
+sampled client. torch and the harness's modules are thus imported once per run (a method's
+own modules, which the pool's process does not import on the isolated path, once per
+call), and each recomputation costs two forks (milliseconds) on top of the call itself.
 
 Protocol on a release worker's socket (frames of an 8-byte little-endian length and a
 body):
@@ -50,53 +51,27 @@ pool's own run of the same calls already printed whatever they print). Needs ``o
 from __future__ import annotations
 
 import contextlib
-import gc
-import importlib
 import io
 import os
 import pickle
 import pickletools
-import shutil
 import signal
 import socket
-import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
-from benchmark.federation.clients import ClientBatch, ClientData, client_scope, seeded_rngs
 from benchmark.privacy.errors import PrivacyError
+from benchmark.protocol.jobs import Rows, job_parts
+from benchmark.protocol.wire import FRAME, read_frame, write_frame
 
-CLIENT, BATCH, ENCODE = "client", "batch", "encode"
 RTOL, ATOL = 1e-4, 1e-5  # float32 accumulation in another order; ATOL scales with the row
 GRACE_S = 300.0  # start-up and unpickling allowance on top of 4x the pool's own time
-_HEADER = struct.Struct("<Q")
-ALIGN = 64  # a job's parts start at multiples of this (its arrays come out aligned)
-
-Rows = dict[str, np.ndarray]
-
-
-def write_frame(stream: BinaryIO, body: bytes) -> None:
-    stream.write(_HEADER.pack(len(body)))
-    stream.write(body)
-    stream.flush()
-
-
-def read_frame(stream: BinaryIO) -> bytes | None:
-    """The next frame's body, or None at end of input (a short read is an end too)."""
-    head = stream.read(_HEADER.size)
-    if len(head) < _HEADER.size:
-        return None
-    (size,) = _HEADER.unpack(head)
-    body = stream.read(size)
-    return body if len(body) == size else None
+ZYGOTE = "benchmark.untrusted.zygote"  # the module the zygote runs (client code runs there)
 
 
 def rows_match(expected: Rows, got: Rows) -> bool:
@@ -117,20 +92,12 @@ def rows_match(expected: Rows, got: Rows) -> bool:
     return True
 
 
-def output_rows(kind: str, output: Any) -> Rows:
-    """A call's output as the arrays that are compared (the same reading on both sides)."""
-    if kind != ENCODE:
-        return {"row": np.asarray(output)}
-    if not isinstance(output, Mapping):
-        raise PrivacyError(f"encode must return a dict of tensors, got {type(output).__name__}")
-    return {str(name): np.asarray(value) for name, value in output.items()}
+# --- pool side-----------------------------------------------------------------------------
 
 
-# --- pool side -----------------------------------------------------------------------------
-
-
-class Recheck:
-    """One release's check: the ``chosen`` clients' rows, each recomputed alone.
+class IndependenceCheck:
+    """One release's independence check: the ``chosen`` clients' rows, each recomputed
+    alone (the pool's ``_recheck`` makes one).
 
     The function and payload are pickled when the check is made, before any client of the
     release runs. ``submit`` keeps the pool's rows of the chosen clients; ``finish``, after
@@ -249,7 +216,7 @@ class _Zygote:
     def __init__(self, launch: ZygoteLaunch | None) -> None:
         self.control, theirs = socket.socketpair()
         paths = [p or os.getcwd() for p in sys.path]  # it imports what the pool imports
-        command, env = launch or ([sys.executable, "-m", __name__], dict(os.environ))
+        command, env = launch or ([sys.executable, "-m", ZYGOTE], dict(os.environ))
         self.proc = subprocess.Popen(
             [*command, str(theirs.fileno())],
             pass_fds=(theirs.fileno(),),
@@ -270,7 +237,7 @@ class _Zygote:
         if new:
             self.preloaded.update(new)
             body = pickle.dumps(new)
-            self.control.sendall(b"P" + _HEADER.pack(len(body)) + body)
+            self.control.sendall(b"P" + FRAME.pack(len(body)) + body)
 
     def fork_after(self, preload: list[str]) -> socket.socket:
         """A socket connected to a worker forked once ``preload`` is imported."""
@@ -356,7 +323,7 @@ def _modules_in(job: bytes) -> list[str]:
     merely equals a module's name adds a harmless import)."""
     names: dict[str, None] = {}
     try:
-        for _, arg, _ in pickletools.genops(_job_parts(job)[0].tobytes()):
+        for _, arg, _ in pickletools.genops(job_parts(job)[0].tobytes()):
             if isinstance(arg, str) and arg in sys.modules:
                 names[arg] = None
     except Exception as exc:  # a method process sent bytes that are not a snapshot
@@ -371,74 +338,6 @@ def _torch_state() -> dict[str, Any]:
     wherever the process can use it (:func:`~benchmark.federation.clients.seeded_rngs`)."""
     torch = sys.modules.get("torch")
     return {"threads": torch.get_num_threads() if torch is not None else None}
-
-
-def snapshot(fn: Any, payload: Any) -> bytes:
-    """The function and payload as they are now, before any client of the release ran.
-
-    Pickled with protocol 5, the large contiguous buffers (numpy arrays: a payload of
-    embeddings, a scorer's tables) out of band: the blob is a count, the parts' lengths,
-    then the pickle stream and each buffer, every part starting at a multiple of
-    ``ALIGN`` bytes, so :func:`load_job` unpickles it without copying them (into aligned
-    arrays), and a recomputation child forked for each sampled client reuses its parent's
-    copy of the buffers instead of copying them again. A buffer that is not contiguous
-    stays in the stream."""
-    import cloudpickle
-
-    raws: list[memoryview] = []
-
-    def out_of_band(buffer: pickle.PickleBuffer) -> bool:
-        try:
-            raws.append(buffer.raw())
-        except BufferError:
-            return True  # in band
-        return False
-
-    try:
-        stream = cloudpickle.dumps((fn, payload), protocol=5, buffer_callback=out_of_band)
-    except Exception as exc:
-        raise PrivacyError(
-            "the client-side function and its payload must be picklable: the pool recomputes "
-            f"sampled clients in a separate process ({type(exc).__name__}: {exc})"
-        ) from exc
-    parts = [memoryview(stream), *raws]
-    head = _HEADER.pack(len(parts)) + b"".join(_HEADER.pack(part.nbytes) for part in parts)
-    chunks: list[bytes | memoryview] = [head]
-    position = len(head)
-    for part in parts:
-        padding = -position % ALIGN
-        chunks += [bytes(padding), part]
-        position += padding + part.nbytes
-    return b"".join(chunks)
-
-
-def _job_parts(blob: bytes | bytearray) -> list[memoryview]:
-    """The pickle stream and the out-of-band buffers of a :func:`snapshot`, as views of
-    ``blob`` (no copies); ``ValueError`` if the layout does not add up."""
-    view = memoryview(blob)
-    if view.nbytes < _HEADER.size:
-        raise ValueError("malformed job: too short")
-    (count,) = _HEADER.unpack_from(view, 0)
-    offset = _HEADER.size * (count + 1)
-    if count < 1 or offset > view.nbytes:
-        raise ValueError("malformed job: bad part count")
-    parts = []
-    for index in range(count):
-        (size,) = _HEADER.unpack_from(view, _HEADER.size * (index + 1))
-        offset += -offset % ALIGN
-        parts.append(view[offset : offset + size])
-        offset += size
-    if offset != view.nbytes:
-        raise ValueError("malformed job: the parts do not add up to the blob")
-    return parts
-
-
-def load_job(blob: bytes | bytearray) -> tuple[Any, Any]:
-    """``(fn, payload)`` of a :func:`snapshot`. Its arrays are views of ``blob``: writable
-    when ``blob`` is a ``bytearray`` (as the pool's own payload is), so a client function
-    behaves the same in the client worker and in its recomputation."""
-    stream, *buffers = _job_parts(blob)
-    return pickle.loads(stream, buffers=buffers)
 
 
 def _load_rows(body: bytes) -> Rows:
@@ -463,152 +362,3 @@ def _refusal(why: str) -> PrivacyError:
         f"({why}); the release was not made. A client-side function must compute each row "
         "from its own client's data, the payload and the pool-seeded RNGs only"
     )
-
-
-# --- worker and zygote side ----------------------------------------------------------------
-
-
-def run_alone(kind: str, fn: Any, payload: Any, records: list[dict[str, Any]], seed: int) -> Rows:
-    """One client's call as the pool makes it, with nothing but that client's records."""
-    client = ClientData(records, {})
-    with client_scope(), seeded_rngs(seed):
-        if kind == CLIENT:
-            return output_rows(kind, fn(client, payload))
-        if kind == BATCH:
-            return output_rows(kind, fn(ClientBatch([client]), payload))
-        return output_rows(kind, fn(records))
-
-
-def _answer(meta: dict[str, Any], job: bytearray, call: bytes) -> bytes:
-    try:
-        fn, payload = load_job(job)
-        torch = sys.modules.get("torch")  # imported when the job needs it
-        if torch is not None and meta["threads"]:
-            torch.set_num_threads(meta["threads"])
-        records, seed = pickle.loads(call)
-        rows = run_alone(meta["kind"], fn, payload, records, seed)
-        buffer = io.BytesIO()
-        np.savez(buffer, **{f"r_{name}": array for name, array in rows.items()})
-        return b"R" + buffer.getvalue()
-    except Exception as exc:
-        return b"E" + type(exc).__name__.encode()
-
-
-def serve(stream: BinaryIO, fd: int) -> None:
-    """A release worker's loop (see the module docstring): it only relays, each client is
-    computed in a process of its own."""
-    write_frame(stream, b"I" + str(os.getpid()).encode())
-    header, job = read_frame(stream), read_frame(stream)
-    if header is None or job is None:
-        return
-    meta = pickle.loads(header)
-    job = bytearray(job)  # the children's arrays are writable views of it (load_job)
-    while (call := read_frame(stream)) is not None:
-        write_frame(stream, _alone(meta, job, call, fd))
-
-
-def _alone(meta: dict[str, Any], job: bytearray, call: bytes, fd: int) -> bytes:
-    """One client's answer, computed in a child forked for it: module state left by the
-    client before cannot reach it, and without the release's socket (``fd``, closed in the
-    child before client code runs) it cannot read the next client's records either."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(fd)
-            os.close(read_end)
-            _contained_call(meta, job, call, write_end)
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as answers:
-        answer = read_frame(answers)
-    os.waitpid(pid, 0)
-    return answer if answer is not None else b"E" + b"ProcessExited"
-
-
-def _contained_call(meta: dict[str, Any], job: bytearray, call: bytes, out_fd: int) -> None:
-    """Run one call in a grandchild and clean up after it. The grandchild is process 1 of a
-    new PID namespace (where the kernel allows one), so every process the call starts
-    (a daemon too) is killed when it ends; in a sandboxed zygote it narrows its sandbox to
-    write only a scratch directory of its own (and to signal only its own processes),
-    which is removed once it ended. Nothing the call leaves reaches a later call."""
-    from benchmark.isolation.containment import fork_contained
-    from benchmark.isolation.sandbox import applied_policy, kernel_caches, restrict_further
-
-    scratch = None
-    if applied_policy is not None:
-        scratch = tempfile.mkdtemp(prefix="call-", dir=os.environ.get("TMPDIR"))
-    pid = fork_contained()
-    if pid == 0:
-        try:
-            if scratch is not None:
-                restrict_further((Path(scratch),))
-                os.environ["TMPDIR"] = tempfile.tempdir = scratch
-                if applied_policy.gpu:
-                    os.environ.update(kernel_caches(Path(scratch)))
-            with os.fdopen(out_fd, "wb") as out:
-                write_frame(out, _answer(meta, job, call))
-        finally:
-            os._exit(0)
-    os.close(out_fd)
-    os.waitpid(pid, 0)
-    if scratch is not None:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _import_all(names: list[str]) -> None:
-    for name in names:
-        with contextlib.suppress(Exception):  # an alias or a lazy module: the job imports it
-            importlib.import_module(name)
-
-
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
-    data = bytearray()
-    while len(data) < size:
-        chunk = sock.recv(min(size - len(data), 1 << 20))
-        if not chunk:
-            raise EOFError("the pool's process closed the control socket")
-        data += chunk
-    return bytes(data)
-
-
-def _fork(control: socket.socket, fd: int) -> None:
-    """Fork a worker serving one release on ``fd``; it never returns to the zygote's loop."""
-    if os.fork() == 0:
-        try:
-            control.close()  # a worker cannot send the zygote commands
-            os.setpgid(0, 0)  # the pool kills the worker and its children as one group
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            quiet = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(quiet, 1)
-            os.dup2(quiet, 2)
-            sock = socket.socket(fileno=fd)
-            with sock, sock.makefile("rwb") as stream:
-                serve(stream, fd)
-        finally:
-            os._exit(0)
-    os.close(fd)
-
-
-def zygote(control: socket.socket) -> None:
-    """The zygote's loop: import what it is told, fork a worker per socket it is handed."""
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps finished workers
-    while True:
-        command, fds, _, _ = socket.recv_fds(control, 1, 1)
-        if not command:
-            return
-        if command == b"P":
-            (size,) = _HEADER.unpack(_recv_exact(control, _HEADER.size))
-            _import_all(pickle.loads(_recv_exact(control, size)))
-            gc.freeze()  # forked workers need not copy pages to collect these objects
-        for fd in fds:
-            _fork(control, fd)
-
-
-def main(fd: int) -> None:
-    zygote(socket.socket(fileno=fd))
-
-
-if __name__ == "__main__":
-    main(int(sys.argv[1]))
