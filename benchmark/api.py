@@ -25,6 +25,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     "benchmark.data": ("LABEL", "TEXT"),
     # the profile's models, and the seeded sampling that keeps a run reproducible
     "benchmark.profiles.base": (
+        "context_length",
         "Embedder",
         "Generator",
         "ModelProfile",
@@ -32,7 +33,6 @@ EXPORTS: dict[str, tuple[str, ...]] = {
         "SamplingParams",
     ),
     "benchmark.profiles.seeding": ("seeded",),
-    "benchmark.profiles.hf_generator": ("context_length",),
     "benchmark.profiles.hub": ("from_hub",),
     "benchmark.profiles.embedders": ("SentenceTransformerEmbedder",),
     "benchmark.profiles.ondevice_kinds": ("SmallOnDeviceLM", "SmallShape", "ondevice_tokenizer"),

@@ -37,8 +37,6 @@ FORBIDDEN = {
     "methods": {"datasets_builders", "leaderboard"},
 }
 ADAPTERS = [*sorted((ROOT / "methods").glob("*.py")), ROOT / "docs/tutorials/example_adapter.py"]
-# Cycles another change removes (issue 36 item 3: the untrusted processes stop importing the
-# runner). Delete an entry when it lands: the test fails while a listed cycle is gone.
 
 
 @dataclass(frozen=True)

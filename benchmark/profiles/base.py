@@ -42,6 +42,16 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
+def context_length(model: Any) -> int:
+    """Maximum number of positions the model accepts."""
+    config = model.config
+    for attr in ("n_positions", "max_position_embeddings"):
+        value = getattr(config, attr, None)
+        if value:
+            return int(value)
+    raise ValueError(f"cannot tell the context length of {type(model).__name__}")
+
+
 class Generator(ABC):
     """A causal LLM that writes synthetic text on the server (it never sees private data)."""
 
@@ -60,8 +70,6 @@ class Generator(ABC):
     @property
     def max_positions(self) -> int:
         """How many tokens (prompt + new tokens) one sample may hold."""
-        from benchmark.profiles.hf_generator import context_length
-
         return context_length(self.model)
 
     def adapted(self, model: Any) -> AbstractContextManager[None]:

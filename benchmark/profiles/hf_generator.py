@@ -40,19 +40,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmark.profiles.base import Generator, SamplingParams
+from benchmark.profiles.base import Generator, SamplingParams, context_length
 from benchmark.profiles.seeding import seeded
 from benchmark.progress import progress
-
-
-def context_length(model: Any) -> int:
-    """Maximum number of positions the model accepts."""
-    config = model.config
-    for attr in ("n_positions", "max_position_embeddings"):
-        value = getattr(config, attr, None)
-        if value:
-            return int(value)
-    raise ValueError(f"cannot tell the context length of {type(model).__name__}")
 
 
 def start_id(tokenizer: Any) -> int:
