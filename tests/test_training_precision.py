@@ -141,8 +141,8 @@ def test_pe_sft_full_fine_tune_trains_float32_and_restores_the_bf16_generator(ar
     reference = moved(start, weights(fp32))
     generator = types.SimpleNamespace(model=bf16, tokenizer=tokenizer())
     with fine_tuned(generator, pairs, config, seed=0) as tuned:
-        assert tuned.model.dtype == torch.float32
-        assert moved(start, weights(tuned.model)) >= 0.99 * reference
+        assert tuned.dtype == torch.float32
+        assert moved(start, weights(tuned)) >= 0.99 * reference
     assert bf16.dtype == torch.bfloat16 and moved(start, weights(bf16)) == 0
     if arch == "gpt2":
         assert bf16.lm_head.weight is bf16.transformer.wte.weight  # still tied
