@@ -84,27 +84,12 @@ def _paper_models() -> dict[str, str]:
     return {k: v for k, v in asdict(PaperModels()).items() if isinstance(v, str) and "/" in v}
 
 
-def expected_models(method: str, profile: str) -> set[str]:
-    """The models a method may load under ``paper`` (hub ids), by its roles."""
-    m = _paper_models()
-    roles = {
-        "public_only": {"ondevice_lm"},
-        "nonprivate": {"ondevice_lm"},
-        "oracle": set(),
-        "generator_only": {"generator"},
-        "base_model": set(),
-        "dp_fedavg": {"ondevice_lm"},
-        "dp_ftrl": {"ondevice_lm"},
-        "pre_text": {"generator", "embedder", "masked_filler"},
-        "pe_sft": {"generator", "embedder", "masked_filler"},
-        "popri": {"generator", "embedder"},
-        "fed_ctg": {"conditional_lm", "embedder", "stsb"},
-        "dp_ftrl_dm": {"public_llm", "ondevice_lm"},
-        "dpprefsyn": {"preference_embedder", "preference_generator"},
-        "dp_ft": {"preference_policy"},
-    }[method]
-    m["stsb"] = "sentence-transformers/stsb-roberta-base-v2"
-    return {m[r] for r in roles}
+def expected_models(method: str, config: dict[str, Any]) -> set[str]:
+    """The hub ids a method may load under ``paper``: its declared roles' and its own ids."""
+    from benchmark.registry import METHODS
+
+    method_cls, ids = METHODS.get(method), _paper_models()
+    return {ids[r] for r in method_cls.models if r in ids} | set(method_cls.hub_ids(config))
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +118,7 @@ def world(tmp_path_factory):
     from benchmark.isolation import coordinator
 
     fedsynth_fakes.install_here(mp.setattr)
-    mp.setattr(coordinator, "_WARM_PROFILES", set())
+    mp.setattr(coordinator, "_WARM_ROLES", set())
     mp.setattr(profiles, "_instances", {})
     policies: list[Any] = []
     real = coordinator.sandbox_environment
@@ -177,7 +162,7 @@ def run_isolated(world: dict[str, Any], tmp_path: Path, method: str, profile: st
 
     (world["root"] / "coordinator-events.jsonl").unlink(missing_ok=True)
     world["policies"].clear()
-    coordinator._WARM_PROFILES.clear()  # each run's coordinator is observed from its start
+    coordinator._WARM_ROLES.clear()  # each run's coordinator is observed from its start
     return run(spec, runs_root=tmp_path, split=split, isolated=ISOLATED)
 
 
@@ -223,29 +208,26 @@ def violations(
         if e["event"] == "optimiser_step" and e["dtypes"] != ["torch.float32"]:
             found.append(f"[item 4] {e['optimiser']} updated {e['dtypes']} weights ({e['where']})")
     # [item 3] only the method's own models load (paper: by hub id), in any process
+    config = result.record["method"]["config"]
     if profile == "paper":
         hub = {*_paper_models().values(), "sentence-transformers/stsb-roberta-base-v2"}
         loaded = {e["model"] for e in seen if e["event"] in ("load", "vllm_llm")} & hub
-        extra = loaded - expected_models(method, profile)
+        extra = loaded - expected_models(method, config)
         if extra:
             found.append(f"[item 3] models the method does not use were loaded: {sorted(extra)}")
     # the papers' batch sizes are kept (counts are shrunk, batch sizes are not)
-    config = result.record["method"]["config"]
     for key, value in BATCH_SIZES.get(method, {}).items():
         if config[key] != value:
             found.append(f"[batch] {key} = {config[key]}, the paper's is {value}")
     # [item 1] the sandbox of a GPU run admits the GPU, the children keep the CUDA variables
     from benchmark.isolation.client_process import child_env
 
-    if child_env().get("CUDA_VISIBLE_DEVICES") != "0":
+    if child_env(gpu=True).get("CUDA_VISIBLE_DEVICES") != "0":
         found.append("[item 1] the children lose CUDA_VISIBLE_DEVICES")
-    for policy in world["policies"]:
-        granted = {str(p) for p in (*policy.read_only, *policy.read_write)}
-        if "/dev/shm" not in granted or not any(p.startswith("/dev/nvidia") for p in granted):
-            found.append(
-                "[item 1] a sandbox policy of a GPU run admits no /dev/nvidia* or /dev/shm"
-            )
-            break
+    if ISOLATED and not world["policies"]:
+        found.append("[item 1] no sandbox policy was recorded")
+    if any(not policy.gpu for policy in world["policies"]):  # its nodes: test_gpu_sandbox.py
+        found.append("[item 1] a sandbox policy of a GPU run is a CPU run's (no GPU, no /dev/shm)")
     return found
 
 

@@ -31,7 +31,7 @@ import importlib.util
 from functools import cached_property
 
 from benchmark.profiles import smollm2
-from benchmark.profiles.base import Generator
+from benchmark.profiles.base import Generator, TrainingMemory
 from benchmark.profiles.cpu import (
     EMBEDDER_LABEL,
     GENERATOR_LABEL,
@@ -72,6 +72,14 @@ class GpuProfile(CpuProfile):
 
     def __init__(self) -> None:
         require_cuda()
+
+    def accelerator(self) -> str | None:
+        return "cuda"  # __init__ refused a machine without one
+
+    def training_memory(self) -> TrainingMemory:
+        """SmolLM2-135M at the papers' batches fits a GPU whole; the packaged models are
+        small, so no micro-batching or checkpointing (a choice, not measured on a GPU)."""
+        return TrainingMemory()
 
     def _transformers(self) -> HFGenerator:
         model, tokenizer = smollm2.load_smollm2()
