@@ -224,10 +224,10 @@ def violations(
 
     if child_env(gpu=True).get("CUDA_VISIBLE_DEVICES") != "0":
         found.append("[item 1] the children lose CUDA_VISIBLE_DEVICES")
-    if ISOLATED and not world["policies"]:
-        found.append("[item 1] no sandbox policy was recorded")
-    if any(not policy.gpu for policy in world["policies"]):  # its nodes: test_gpu_sandbox.py
-        found.append("[item 1] a sandbox policy of a GPU run is a CPU run's (no GPU, no /dev/shm)")
+    # the method process and the client worker (and the zygote) open the GPU; only the
+    # short-lived describe process stays closed. The policy's nodes: test_gpu_sandbox.py.
+    if ISOLATED and sum(policy.gpu for policy in world["policies"]) < 2:
+        found.append("[item 1] the method process's and client worker's policies are a CPU run's")
     return found
 
 
