@@ -26,10 +26,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from benchmark.data import CLIENT_ID, DATE, LABEL
-from benchmark.split_hash import (  # the builders' pipeline uses them as split_manifest's
-    FORMAT,  # noqa: F401
-    canonical,  # noqa: F401
-)
 
 # Above this many distinct labels a part's label counts are summarised by their number.
 MAX_LISTED_LABELS = 100

@@ -73,8 +73,8 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
+from benchmark import split_hash, split_storage
 from benchmark import split_manifest as mf
-from benchmark import split_storage
 from benchmark.data import CLIENT_ID, DATE, LABEL, PARTS, SOURCE_ID, STRONG, TEXT
 from benchmark.files import atomic_write
 
@@ -280,9 +280,9 @@ def chunk_texts(
 def _records_cache(source: Source, options: SplitOptions, revision: str, cache_dir: Path) -> Path:
     """Keyed by the source's code too: records cached by an older mapping (e.g. chitchat's
     conversation-side clients before person clients) must not build a split under the new."""
-    code = mf.sha256(Path(inspect.getfile(type(source))).read_bytes())
-    key = mf.sha256(
-        mf.canonical(
+    code = split_hash.sha256(Path(inspect.getfile(type(source))).read_bytes())
+    key = split_hash.sha256(
+        split_hash.canonical(
             {
                 "source": source.name,
                 "options": options.source_options,
@@ -344,7 +344,10 @@ def _dedupe_key(record: SourceRecord, rule: str) -> str:
     key = " ".join(record.text.casefold().split())
     if rule == "record":
         key += (
-            "\0" + mf.canonical({k: v for k, v in record.extra.items() if k != PART_KEY}).decode()
+            "\0"
+            + split_hash.canonical(
+                {k: v for k, v in record.extra.items() if k != PART_KEY}
+            ).decode()
         )
     return hashlib.sha256(key.encode()).hexdigest()
 
@@ -674,7 +677,7 @@ def build_split(
         raise SplitError(f"no samples of {source.name!r} are left ({dict(drops)})")
 
     sidecar = _sidecar(docs, parts, client_info)
-    sidecar_bytes = mf.canonical(sidecar)
+    sidecar_bytes = split_hash.canonical(sidecar)
     source_section = {
         "name": source.name,
         "revision": revision,
@@ -685,10 +688,12 @@ def build_split(
     }
     build_section = options.defining()
     build_section["tokenizer_sha256"] = tokenizer.fingerprint if tokenizer else None
-    digest = mf.content_hash(parts, source_section, build_section, mf.sha256(sidecar_bytes))
-    version = mf.version_of(digest)
+    digest = split_hash.content_hash(
+        parts, source_section, build_section, split_hash.sha256(sidecar_bytes)
+    )
+    version = split_hash.version_of(digest)
     manifest = {
-        "format": mf.FORMAT,
+        "format": split_hash.FORMAT,
         "name": f"{source.name}-{version}",
         "version": version,
         "content_hash": digest,
@@ -717,7 +722,7 @@ def build_split(
             "strong_clients": sum(bool(i.get("strong")) for i in client_info.values()),
             "clients_file": {
                 "path": split_storage.CLIENTS,
-                "sha256": mf.sha256(sidecar_bytes),
+                "sha256": split_hash.sha256(sidecar_bytes),
                 "documents": len(sidecar["documents"]),
             },
         },

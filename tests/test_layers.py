@@ -150,14 +150,14 @@ def test_the_checks_see_lazy_relative_and_submodule_imports(tmp_path):
     module = tmp_path / "m.py"
     module.write_text(
         "from benchmark import split_storage\n"
-        "from . import wire\n"
+        "from . import coordinator\n"
         "from ..spec import SpecError\n"
         "def f():\n    from leaderboard.store import versions\n    import methods\n"
     )
     found = imports(module, set(MODULES), module="benchmark.isolation.m")
     assert {(i.target, i.names) for i in found} == {
         ("benchmark.split_storage", ("",)),
-        ("benchmark.isolation.wire", ("",)),
+        ("benchmark.isolation.coordinator", ("",)),
         ("benchmark.spec", ("SpecError",)),
         ("leaderboard.store", ("versions",)),
         ("methods", ("",)),

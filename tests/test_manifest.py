@@ -10,7 +10,8 @@ import pytest
 from toy_source import ToySource, make_records
 
 from benchmark import split_storage
-from benchmark.split_manifest import content_hash, unit_statement, version_of
+from benchmark.split_hash import content_hash, version_of
+from benchmark.split_manifest import unit_statement
 from benchmark.split_storage import verify
 from datasets_builders.pipeline import SplitOptions, build_split
 

@@ -28,6 +28,7 @@ papers' counts on a CPU for days under a name that promises a GPU).
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterable
 from functools import cached_property
 
 from benchmark.profiles import smollm2
@@ -73,6 +74,14 @@ class GpuProfile(CpuProfile):
     def __init__(self) -> None:
         require_cuda()
 
+    def build_caches(self, roles: Iterable[str]) -> None:
+        """As the cpu profile, but the generator's role builds only the fp32 cache directory
+        vLLM reads: an engine in the coordinator would hold the GPU memory the run needs."""
+        roles = tuple(roles)
+        if "generator" in roles:
+            smollm2.load_smollm2()
+        super().build_caches(tuple(r for r in roles if r != "generator"))
+
     def accelerator(self) -> str | None:
         return "cuda"  # __init__ refused a machine without one
 
@@ -81,9 +90,15 @@ class GpuProfile(CpuProfile):
         small, so no micro-batching or checkpointing (a choice, not measured on a GPU)."""
         return TrainingMemory()
 
-    def _transformers(self) -> HFGenerator:
+    @cached_property
+    def _hf(self) -> HFGenerator:
+        """SmolLM2 in transformers: the copy vLLM's generator trains and scores with, and
+        the span filler's model (so the filler never builds an engine)."""
         model, tokenizer = smollm2.load_smollm2()
         return HFGenerator(model, tokenizer, GENERATOR_LABEL, batch_size=HF_BATCH, device=DEVICE)
+
+    def _transformers(self) -> HFGenerator:
+        return self._hf
 
     @cached_property
     def _smollm2(self) -> Generator:  # type: ignore[override]
@@ -111,8 +126,7 @@ class GpuProfile(CpuProfile):
         return SentenceTransformerEmbedder(model, EMBEDDER_LABEL)
 
     def _span_generator(self) -> HFGenerator:
-        generator = self._generator
-        return generator if isinstance(generator, HFGenerator) else generator.transformers()
+        return self._hf
 
     def describe(self) -> dict[str, str]:
         return {
