@@ -36,7 +36,7 @@ def with_field(path, value):
             r"privacy.unit: 'group' is not one of \['user', 'sample', 'central', 'client_sample'\]",
         ),
         ("privacy.accountant", "moments", r"privacy.accountant: 'moments' is not one of \['rdp'"),
-        ("profile", "tpu", r"profile: 'tpu' is not one of \['tiny', 'cpu', 'cpu-gemma', 'paper', 'gpu'\]"),
+        ("profile", "tpu", r"profile: 'tpu' is not one of \['tiny', 'cpu', 'cpu-gemma', 'paper'"),
         ("privacy.delta", 2.0, r"privacy.delta: 2.0 is outside the allowed range"),
         ("privacy.epsilon", -1, r"privacy.epsilon: -1.0 is outside"),
         ("seed", "x", r"seed: expected a non-negative integer"),
