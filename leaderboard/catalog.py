@@ -1,13 +1,12 @@
-"""Every named suite: the CPU tracks (:mod:`leaderboard.suites`) and the papers' grids on
-the ``paper`` profile (:mod:`leaderboard.paper_suites`), looked up by name."""
+"""Every named suite, loaded from its file in ``leaderboard/suite_defs/``, looked up by name."""
 
 from __future__ import annotations
 
-from leaderboard.paper_suites import paper_suites
-from leaderboard.suites import SUITES as CPU_SUITES
+from leaderboard.preparations import PREPARATIONS
+from leaderboard.suite_files import load_suites
 from leaderboard.suites import Suite
 
-SUITES: dict[str, Suite] = {**CPU_SUITES, **paper_suites()}
+SUITES: dict[str, Suite] = load_suites(PREPARATIONS)
 
 
 def get_suite(name: str) -> Suite:

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from leaderboard.catalog import SUITES
 from leaderboard.directions import lower_is_better
 from leaderboard.entries import audit_exceeds_epsilon
 from leaderboard.store import MANIFESTS_DIR, Row
-from leaderboard.suites import SUITES
 from leaderboard.tables import (
     MIN_RANKED_SEEDS,
     ROLE_ORDER,

@@ -227,6 +227,36 @@ def apart_by_unit(rows: Sequence[Row]) -> tuple[list[Row], set[str]]:
     return shown, {r.method for r in shown if privacy_unit(r) != table_unit}
 
 
+def instruments_of(row: Row) -> frozenset[str]:
+    """The digests of the start models the row's seeds were measured from (none: records
+    from before the digest)."""
+    return frozenset(row.entry.get("instruments", ()))
+
+
+def apart_by_instrument(rows: Sequence[Row]) -> tuple[list[Row], set[str]]:
+    """Rows measured with another build of the instrument than the bounds they would be
+    placed against (their own store's when it has both, else the primary store's) are shown
+    under ``name [other instrument]``, without gap closed or paired differences, and never
+    ranked: two builds of the same recipe moved public_only by a fifth of the bench's gap
+    (issue 32). Rows or bounds without a digest are placed as before. Returns the rows and
+    the names of those shown apart."""
+    bounds: dict[str, dict[str, frozenset[str]]] = {}
+    for row in rows:
+        name = row.entry["method"]["name"]
+        if BOUND_METHODS.get(name) == row.epsilon_budget:
+            bounds.setdefault(row.store, {})[name] = instruments_of(row)
+    own = {store for store, found in bounds.items() if len(found) == len(BOUND_METHODS)}
+
+    def other(row: Row) -> bool:
+        reference = bounds.get(row.store if row.store in own else "", {})
+        measured = frozenset().union(*reference.values()) if reference else frozenset()
+        mine = instruments_of(row)
+        return bool(mine and measured) and mine != measured
+
+    shown = [replace(r, method=f"{r.method} [other instrument]") if other(r) else r for r in rows]
+    return shown, {s.method for r, s in zip(rows, shown, strict=True) if s is not r}
+
+
 def summary_of(entry: dict[str, Any], metric: str) -> dict[str, Any] | None:
     """An entry's summary of ``metric``: a utility metric, or an audit (e.g. ``premia.auc``)."""
     return entry["metrics"].get(metric) or entry.get("audit", {}).get(metric)
@@ -237,6 +267,9 @@ def build_table(rows: Sequence[Row], split: str, metric: str | None = None) -> T
     metric = metric or headline_metric(rows, split)
     rows = [r for r in rows if r.split == split and summary_of(r.entry, metric)]
     rows, unranked = apart_by_unit(rows)
+    rows, elsewhere = apart_by_instrument(rows)
+    unranked |= elsewhere
+    placed = [r for r in rows if r.method not in elsewhere]
     cells = {(r.method, r.epsilon_budget): cell_of(summary_of(r.entry, metric)) for r in rows}
     roles = {r.method: role_of(r) for r in rows}
     epsilons = sorted({e for _, e in cells})
@@ -244,7 +277,7 @@ def build_table(rows: Sequence[Row], split: str, metric: str | None = None) -> T
     anchors = anchors_by_store(rows, metric)
     gap = {
         (r.method, r.epsilon_budget): gap_closed(cells[r.method, r.epsilon_budget].mean, *scale)
-        for r in rows
+        for r in placed
         if (scale := anchors.get(r.store, anchors.get("")))
     }
     flagged = {(r.method, r.epsilon_budget) for r in rows if audit_exceeds_epsilon(r.entry)}
@@ -257,7 +290,7 @@ def build_table(rows: Sequence[Row], split: str, metric: str | None = None) -> T
     names = {r.method: r.entry["method"]["name"] for r in rows}
     table = Table(
         split, metric, epsilons, methods, roles, cells, gap, {}, flagged, few_seeds,
-        compare(rows, metric, roles), names, unranked,
+        compare(placed, metric, roles), names, unranked,
     )  # fmt: skip
     for eps in epsilons:
         contenders = [

@@ -17,8 +17,9 @@ from typing import Any
 
 from benchmark.evaluation.stats import summarize
 from benchmark.split_manifest import unit_statement
+from leaderboard.catalog import SUITES
 from leaderboard.store import MANIFESTS_DIR, VERSION_FILE, Row, labelled, rows_by_version
-from leaderboard.suites import SUITES, Suite
+from leaderboard.suites import Suite
 from leaderboard.tables import build_table, render_text, summary_of
 
 

@@ -16,9 +16,10 @@ run's time. What is kept: every candidate's run record (signed, in the store's
 ``_records/``, so a tuning resumes on another machine without repeating a run), and a
 signed report in ``<version>/<split>/_tuning/`` with each point's validation score and the
 selection, never a test number (:mod:`leaderboard.selection`, which ``leaderboard verify``
-uses to check the report against the kept records). The selected parameters become the
-suite's ``selected_params`` for that method and ε by an edit of :mod:`leaderboard.suites`
-(a test holds it equal to the report's selection).
+uses to check the report against the kept records). The report names the suite file, version
+and digest it was made under (``suite_definition``); the selected parameters become that
+file's ``selected_params`` for the method and ε, with its version bumped (a test holds them
+equal to the report's selection).
 The seed may be any (a seed outside the suite's keeps the tuning's noise draws apart from
 the reported runs'; the default is the suite's first).
 
@@ -105,6 +106,7 @@ def tune(
     values = [found[i][1] for i in range(len(points))]
     report = {
         "suite": suite.name,
+        "suite_definition": suite.definition.to_dict() if suite.definition else None,
         "method": method,
         "epsilon": json_epsilon(epsilon),
         "seed": seed,

@@ -5,8 +5,9 @@ import dataclasses
 
 import pytest
 
+from leaderboard.catalog import SUITES
 from leaderboard.executors import Job, LocalExecutor, RayExecutor, make_executor
-from leaderboard.suites import SUITES, run_suite
+from leaderboard.suites import run_suite
 
 pytestmark = pytest.mark.alone  # a local Ray cluster: run after the parallel part (Makefile)
 

@@ -203,7 +203,8 @@ def test_a_tiny_suite_record_with_the_canary_audit_is_the_same_on_both_paths(tmp
     record, audit included, is the in-process path's, apart from timings."""
     import dataclasses
 
-    from leaderboard.suites import SUITES, ensure_split
+    from leaderboard.catalog import SUITES
+    from leaderboard.suites import ensure_split
 
     suite = SUITES["tiny"]
     split_path = ensure_split(suite, tmp_path / "splits")

@@ -255,6 +255,37 @@ def test_a_row_under_another_privacy_unit_is_shown_apart_and_never_ranked():
     assert table.best == {1.0: "popri"}  # 0.90 under a weaker unit does not win
 
 
+def test_a_row_measured_with_another_instrument_build_is_not_placed_on_the_bounds():
+    def measured(row, digest):
+        row.entry["instruments"] = [digest]
+        return row
+
+    published = [
+        measured(summary_row("public_only", 0.0, [0.10], "bound"), "a"),
+        measured(summary_row("nonprivate", float("inf"), [0.20], "bound"), "a"),
+        measured(summary_row("popri", 1.0, [0.15] * 3, "method"), "a"),
+    ]
+    same = labelled([measured(summary_row("mine", 1.0, [0.12] * 3, "method"), "a")], "same")
+    other = labelled([measured(summary_row("yours", 1.0, [0.19] * 3, "method"), "b")], "other")
+    table = build_table(published + same + other, "toy", METRIC)
+    assert "yours (other) [other instrument]" in table.methods
+    assert table.gap[("mine (same)", 1.0)] == pytest.approx(0.2)
+    assert ("yours (other) [other instrument]", 1.0) not in table.gap
+    assert ("yours (other) [other instrument]", 1.0) not in table.comparisons.cells
+    assert table.best == {1.0: "popri"}  # 0.19 from another build does not win
+    # with its own bounds of that build, a store's rows are placed on them
+    own = labelled(
+        [
+            measured(summary_row("public_only", 0.0, [0.11], "bound"), "b"),
+            measured(summary_row("nonprivate", float("inf"), [0.21], "bound"), "b"),
+            measured(summary_row("yours", 1.0, [0.19] * 3, "method"), "b"),
+        ],
+        "other",
+    )
+    table = build_table(published + own, "toy", METRIC)
+    assert table.gap[("yours (other)", 1.0)] == pytest.approx(0.8)
+
+
 def test_whole_number_quantities_print_without_decimals_and_labels_carry_directions():
     epochs = build_table([summary_row("popri", 1.0, [3.0, 3.0, 3.0], "method", "e")], "toy", "e")
     assert format_cell(epochs.cells["popri", 1.0]) == "3 ± 0"

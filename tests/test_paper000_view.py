@@ -9,10 +9,11 @@ import pytest
 from benchmark.evaluation.downstream import DownstreamConfig
 from benchmark.instrument import weights_digest
 from benchmark.profiles import get_profile
+from benchmark.registry import METHODS
 from benchmark.runner import downstream_config, evaluation_start
 from benchmark.spec import SpecError, spec_from_dict
 from benchmark.training import PUBLIC_START_SEED
-from leaderboard.suites import OWN_START_METHODS, SUITES
+from leaderboard.catalog import SUITES
 
 TEXTS = [{"text": f"the river and the garden number {i} in the summer light"} for i in range(24)]
 
@@ -25,9 +26,23 @@ def test_the_view_keeps_the_split_and_changes_only_where_releases_start():
         bench.profile,
     )
     assert view.downstream == {**bench.downstream, "start": "generic"}
-    for method in OWN_START_METHODS:
-        assert view.method_params[method]["public_epochs"] == 0
     assert view.epsilons == bench.epsilons and view.methods == bench.methods
+
+
+@pytest.mark.parametrize(
+    "suite",
+    [s for s in SUITES.values() if s.downstream.get("start") == "generic"],
+    ids=lambda s: s.name,
+)
+def test_under_the_generic_start_every_method_with_a_public_start_skips_it(suite):
+    """Paper 000's ε = 0 row is the checkpoint untouched: every method of a generic-start
+    suite that fine-tunes on public texts first does so for zero epochs."""
+    own_start = [
+        m for m in suite.methods if "public_epochs" in METHODS.get(m).resolve_config("cpu", {})
+    ]
+    assert own_start
+    for method in own_start:
+        assert suite.method_params[method]["public_epochs"] == 0, method
 
 
 def test_the_generic_start_is_the_checkpoint_and_the_public_start_is_not():

@@ -194,7 +194,7 @@ def test_the_prefs_judge_shares_no_weights_with_the_policies_start():
     """Every cpu policy starts from SmolLM2 (``CpuProfile.preference_policy``), whose greedy
     replies maximise SmolLM2's likelihood: the track's judge must be another model."""
     from benchmark.profiles.cpu import JUDGE_LMS, SMOLLM2
-    from leaderboard.suites import SUITES
+    from leaderboard.catalog import SUITES
 
     (win_rate,) = [m for m in SUITES["prefs"].metrics if m["name"] == "win_rate"]
     judge = JUDGE_LMS[win_rate["settings"]["judge"]["lm"]]

@@ -5,8 +5,8 @@ results/_keys/ — so an entry edited by hand (even with its digest recomputed) 
 import json
 from pathlib import Path
 
+from leaderboard.catalog import SUITES
 from leaderboard.store import entry_files, manifest_hashes, read_entry, tuning_files
-from leaderboard.suites import SUITES
 from leaderboard.verify import verify_tree
 
 PUBLISHED = Path(__file__).resolve().parent.parent / "results"

@@ -8,7 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from benchmark.cli.main import cli
-from leaderboard.suites import PUBLISHED_METHODS
+from leaderboard.catalog import SUITES
+
+PUBLISHED_METHODS = SUITES["quick"].methods
 
 pytestmark = pytest.mark.end_to_end  # scheduled first (tests/conftest.py)
 
@@ -40,6 +42,7 @@ def test_quickstart_prints_the_table_writes_the_site_and_ranks_a_submission(tmp_
     result = CliRunner().invoke(cli, ["quickstart", "--suite", "tiny", *store, "--site", str(site)])
     assert result.exit_code == 0, result.output
     assert tree_bytes(published) == before  # published entries and manifests untouched
+    assert result.output.startswith("quickstart: the tiny suite, 11 runs")  # what is coming
     assert "next-token top-1 ↑" in result.output
     printed = {tuple(line.split()[:2]) for line in result.output.splitlines() if line.strip()}
     assert {(m, "(yours)") for m in PUBLISHED_METHODS} <= printed  # yours, marked

@@ -196,13 +196,16 @@ def test_the_publish_path_refuses_a_run_whose_canary_audit_refutes_its_epsilon(
     import dataclasses
 
     from benchmark.evaluation.canary_audit import CanaryAudit
-    from leaderboard.suites import CANARY_AUDIT, REFUSED, SUITES, run_suite
+    from leaderboard.catalog import SUITES
+    from leaderboard.suites import REFUSED, run_suite
 
     def audit(self, artifact, ctx):
         return {"epsilon_lower_bound": 0.4, "epsilon_ceiling": 0.5, "canaries": 1.0}
 
     monkeypatch.setattr(CanaryAudit, "compute", audit)
-    suite = dataclasses.replace(SUITES["tiny"], metrics=(CANARY_AUDIT,), seeds=(0,))
+    suite = dataclasses.replace(
+        SUITES["tiny"], metrics=({"name": "canary", "settings": {}},), seeds=(0,)
+    )
     results = tmp_path / "results"
     roots = {"runs_root": tmp_path / "runs", "splits_root": tmp_path / "splits"}
     with pytest.raises(PublicationRefused, match="lower bound 0.4 exceeds the accounted ε 0"):

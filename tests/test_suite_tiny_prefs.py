@@ -9,7 +9,8 @@ import pytest
 
 from benchmark.privacy.accountants import epsilon_from_ledger
 from benchmark.privacy.ledger import PrivacyLedger
-from leaderboard.suites import PREFERENCE_METHODS, SUITES, run_suite
+from leaderboard.catalog import SUITES
+from leaderboard.suites import run_suite
 
 pytestmark = pytest.mark.end_to_end  # scheduled first (tests/conftest.py)
 
@@ -28,7 +29,7 @@ def entries(tmp_path_factory):
     }
 
 
-@pytest.mark.parametrize("method", PREFERENCE_METHODS)
+@pytest.mark.parametrize("method", SUITES["prefs"].methods)
 def test_preference_methods_run_and_their_epsilon_is_the_ledgers(entries, method):
     entry = entries[method]
     privacy = entry["privacy"]

@@ -9,8 +9,8 @@ import pytest
 
 import methods  # noqa: F401  (registers the built-in adapters)
 from benchmark.registry import METHODS
+from leaderboard.catalog import SUITES
 from leaderboard.schema import EntryError
-from leaderboard.suites import SUITES
 
 pytestmark = pytest.mark.end_to_end  # scheduled first (tests/conftest.py)
 

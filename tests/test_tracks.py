@@ -13,9 +13,10 @@ from test_leaderboard import fake_records, publish, summary_row
 
 import methods  # noqa: F401  (registers the built-in adapters)
 from benchmark.cli.main import cli
+from leaderboard.catalog import SUITES
 from leaderboard.entries import build_entry, integrity_digest, version_definition
 from leaderboard.store import entry_files, query, rows_by_version, write_manifest, write_version
-from leaderboard.suites import SUITES, Variant, instrument, run_suite
+from leaderboard.suites import Variant, instrument, run_suite
 from leaderboard.tables import build_table, render_text
 from leaderboard.tracks import TRACKS, TrackView, contrasts, render_tracks, suite_of, track_views
 from leaderboard.verify import verify_tree

@@ -8,11 +8,11 @@ import shutil
 
 import pytest
 
+from leaderboard.catalog import SUITES
 from leaderboard.cli.suite import parse_grid
 from leaderboard.selection import best_index, grid_points
 from leaderboard.signing import host_key, sign_entry
 from leaderboard.store import record_files
-from leaderboard.suites import SUITES
 from leaderboard.tuning import tune
 from leaderboard.verify import verify_tree
 
@@ -51,6 +51,7 @@ def test_tuning_selects_on_validation_keeps_its_runs_and_verify_checks_the_repor
     assert [c["params"] for c in report["candidates"]] == [{"client_lr": 0.0}, {"client_lr": 0.05}]
     assert report["selected"] == report["candidates"][values.index(max(values))]["params"]
     assert "next_token.top1" not in json.dumps(report)  # no test number in the report
+    assert report["suite_definition"] == suite.definition.to_dict()  # what it was made under
     assert verify_tree(results, trust_host=True) == []
     # A candidate is measured on what selects, and trains with the suite's canaries.
     first = report["candidates"][0]["run_key"]

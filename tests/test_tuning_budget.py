@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from benchmark.cli.main import cli
 from benchmark.registry import METHODS
+from leaderboard.catalog import SUITES
 from leaderboard.selection import grid_points
-from leaderboard.suites import DP_FL_GRID, SUITES
 
 PAPER_000_GRID = {"client_lr": [0.001, 0.01, 0.1], "clip_norm": [0.01, 0.1, 1.0]}
 
@@ -22,10 +22,13 @@ def test_every_tuned_method_gets_the_same_number_of_candidates(suite):
     assert set(suite.tuning) <= set(suite.methods)
 
 
-def test_the_dp_fl_grid_extends_paper_000s_past_its_corner():
+@pytest.mark.parametrize("method", ["dp_fedavg", "dp_ftrl"])
+def test_the_dp_fl_grid_extends_paper_000s_past_its_corner(method):
+    bench_grid = SUITES["bench"].tuning[method]
+    assert SUITES["paper000-congress"].tuning[method] == PAPER_000_GRID
     for name, values in PAPER_000_GRID.items():
-        assert set(values) < set(DP_FL_GRID[name])
-        assert max(DP_FL_GRID[name]) > max(values)
+        assert set(values) < set(bench_grid[name])
+        assert max(bench_grid[name]) > max(values)
 
 
 @pytest.mark.parametrize("method", sorted(SUITES["bench"].tuning))

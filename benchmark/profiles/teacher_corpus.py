@@ -13,7 +13,7 @@ hold tensors only, each carries the key and its index and is loaded with
 recomputed, never trusted. A sandboxed method process may read the cache but not write it
 (a submission must not plant a corpus another one distills from): there the corpus is
 computed and kept in memory only, and a trusted caller (the ``paper002`` suite's ``prepare``,
-``leaderboard.suites.warm_teacher``) builds it beforehand.
+``leaderboard.preparations.warm_teacher``) builds it beforehand.
 
 Choices the paper leaves open: texts are tokenised without special tokens and truncated
 to the on-device LM's length cap; the teacher distribution over the kept k entries is the

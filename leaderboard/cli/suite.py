@@ -99,10 +99,14 @@ def quickstart(
     under my-results/ (the published results/ are left as they are), print the table with
     your rows, marked "(yours)", beside the published ones of the same leaderboard version
     and write the static site."""
+    from leaderboard.catalog import get_suite
     from leaderboard.site import write_site
     from leaderboard.store import query_with
     from leaderboard.tables import build_table, headline_metrics, render_text
 
+    suite = get_suite(suite_name)
+    expected = f"; {suite.expected_duration}" if suite.expected_duration else ""
+    click.echo(f"quickstart: the {suite.name} suite, {len(suite.grid())} runs{expected}")
     began = time.perf_counter()
     entries = run_with_progress(suite_name, None, results, runs, splits)
     version = entries[0]["leaderboard_version"]
