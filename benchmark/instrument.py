@@ -4,8 +4,8 @@
 "Instrument" means the measuring instrument: the one start model the evaluator fine-tunes
 each released text set from (and audits each release from), built on the machine that runs
 it: the profile's on-device LM, pretrained here, then fine-tuned on the split's public part.
-Two builds that differ by a bit measure differently (issue 32 measured ~0.005 top-1 between
-one machine's build and another's, a fifth of the bench's gap), so a record carries the
+Two builds that differ by a bit measure differently (between one machine's build and
+another's: ``docs/measurements/working-scale.md#instrument``), so a record carries the
 digest of the start it was measured with, and tables set a row beside bounds only when both
 were measured with the same start.
 """

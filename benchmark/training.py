@@ -47,9 +47,9 @@ PUBLIC_START_CONFIGS: dict[str, dict[str, Any]] = {
     p: {**c, "max_length": 64}
     for p, c in {
         "tiny": {"public_epochs": 2, "public_lr": 2e-3, "public_batch_size": 16},
-        # cpu: the locally pretrained dialogue LM adapted to the split's public part; on the
-        # chitchat split it still gains ~0.01 validation top-1 per epoch at epoch 3 with lr
-        # 5e-4 (measured), so 6 epochs at 1e-3, the best validation epoch kept.
+        # cpu: the locally pretrained dialogue LM adapted to the split's public part; still
+        # gaining at epoch 3 (docs/measurements/working-scale.md#public-start), so 6 epochs at
+        # 1e-3, the best validation epoch kept.
         "cpu": {"public_epochs": 6, "public_lr": 1e-3, "public_batch_size": 32},
         "paper": {"public_epochs": 20, "public_lr": 2e-4, "public_batch_size": 256},
     }.items()

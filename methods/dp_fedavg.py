@@ -36,7 +36,8 @@ the signal, as the papers' DP-FL rows near ε = 0 foreshadow. The working scale 
 clip selected on validation over paper 000 App. C.1's grid. It lives in the suite, not in
 this default, because clients per round is a fraction of a population the profile does not
 know (on the quickstart's ~750 clients, 100 a round is 13 % of them), and the bench's
-DP-FL runs take 5–11 min each against ~8 min for the whole quick suite. ``tiny``: 2 rounds,
+DP-FL runs are long beside the whole quick suite
+(``docs/measurements/working-scale.md#dp_fedavg``). ``tiny``: 2 rounds,
 16 clients expected, the same small steps.
 """
 

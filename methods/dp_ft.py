@@ -66,7 +66,7 @@ class DPFT(Method):
     models = ("preference_policy",)
     configs = {
         "paper": PAPER,
-        # cpu: SmolLM2-135M on one core runs ~3 tuples/s per DP-SGD pass; one epoch each
+        # cpu: one epoch each, sized for one core: docs/measurements/working-scale.md#dp_ft
         "cpu": {**PAPER, "sft_epochs": 1, "dpo_epochs": 1, "max_completion_tokens": 64},
         "tiny": {
             **PAPER,

@@ -132,14 +132,14 @@ class DPFTRLDM(DPFTRL):
         },
         # cpu: the chitchat bench population (5,816 clients, ≤ 4 spans each), paper 002's
         # length 20; 24 rounds of 25-client cohorts (one tree, N ≥ c·T; 100-client cohorts
-        # cost ~0.4 CPU-s per client update of the 11.6 M-parameter LSTM on SmolLM2's 49K
-        # vocabulary, too slow for a 2-core grid), T' = T/2. The public corpus is the
+        # are too slow for a 2-core grid: docs/measurements/working-scale.md#dp_ftrl_dm),
+        # T' = T/2. The public corpus is the
         # split's 4,000 public spans, so the fractions are scaled up (q = 5 % for
         # mid-training, 25 % for distillation pre-training) to keep a few hundred records.
         # Clip 0.3 and server lr 0.05 are from paper 002's grids (not tuned): at c = 25 and
         # ε = 18.71 (m = 0.76, 5 tree levels) the noise on θ is ~1e-3 per coordinate, a
-        # twentieth of the weights' scale; with clip 1 and server lr 1 (measured, seed 0) it
-        # swamped every public start (LSTM 6.6 % with no public data, 6.7 % pre-trained).
+        # twentieth of the weights' scale; with clip 1 and server lr 1 it swamped every
+        # public start (docs/measurements/working-scale.md#dp_ftrl_dm).
         "cpu": {
             **FEDERATED_DEFAULTS, **SMALL_LM, **PAPER_PUBLIC,
             "max_length": 20, "select_every": 6,

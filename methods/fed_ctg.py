@@ -173,11 +173,9 @@ _CONFIGS: dict[str, dict[str, Any]] = {
         "zero_shot_template": YELP_ZERO_SHOT,
         "delta_rule": "ln",
     },
-    # cpu (SmolLM2-135M, ~0.9 s per per-sample backward on one core): 2 rounds of 5 local
-    # steps at rate 0.5 on clients of tens of samples, FedAvg (η = 1). γ = 1e-3 keeps the
-    # DP noise added to a weight, σ·γ/B·√(R·τ), near 1e-3 (σ ≈ 1.1, B = 11), well under
-    # the weights' scale: a larger γ buys no signal at this batch size, only noise.
-    # 100 final samples from 500 candidates (2.6 samples/s).
+    # cpu: sized for per-sample backwards on one core: docs/measurements/working-scale.md#fed_ctg
+    # γ = 1e-3 keeps the DP noise added to a weight, σ·γ/B·√(R·τ), near 1e-3 (σ ≈ 1.1,
+    # B = 11), well under the weights' scale: a larger γ buys no signal at this batch size.
     "cpu": {
         "rounds": 2,
         "local_steps": 5,

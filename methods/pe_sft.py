@@ -41,8 +41,8 @@ a full fine-tune and says so).
 
 ``cpu`` (working scale): the cpu PE of ``pre_text`` (T = 3, N_syn = 256, lookahead 1,
 W_steps = 1) with this method's H of 0.2985 noise stds; SFT on the 128 best seeds for 2
-epochs at batch 8 (32 optimiser steps; an SFT example with its 3-shot prompt measured
-2.5 s per epoch on the shared 2 cores, so 256 seeds would take ~21 min), LoRA r = 8,
+epochs at batch 8 (32 optimiser steps; sized for 2 cores:
+``docs/measurements/working-scale.md#pe_sft``), LoRA r = 8,
 α = 16 and a rate of 5e-4 for so few steps; 1,000 generated samples of at most 64 tokens.
 ``tiny`` fine-tunes
 the whole random tiny generator.

@@ -184,24 +184,14 @@ _PAPER = {
     "generate_batch_size": 256,
     # Algorithm 4 as printed: no per-client standardisation. The paper is the specification
     # and its Alg. 4 / privacy analysis describe raw cosine scores; the reference code's
-    # z-scoring is available as an option (see popri_scoring) and measured on cpu.
+    # z-scoring is an option (see popri_scoring): docs/measurements/working-scale.md#popri
     "standardize_scores": False,
     **RELEASE_SAMPLING,  # the released samples' (temperature, top-p); the rounds' are above
 }
-# cpu (working scale on 2 shared cores): 3 rounds of K = 24 prompts × J = 10 samples (240
-# scored samples per round; J and ℓ = 5 as the paper), 64-token samples, one DPO epoch per
-# round at batch 4 (6 optimiser steps per round), 128 FID samples per checkpoint and 1,000
-# released samples. DPO dominates the budget: with the 3-shot prompt (~220 tokens) a pair
-# measured ~9 s per epoch on the shared cores (policy and reference passes over chosen and
-# rejected), so K pairs × epochs × rounds is kept at 72 (~11 min); one epoch instead of App.
-# B.1's two for that reason, which leaves checkpoint selection across rounds. The learning
-# rate is large enough for a few LoRA steps per round to move the policy (8e-7 is tuned for
-# thousands of steps on LLaMA-3-8B). Scores are Alg. 4's (no standardisation), as ``paper``:
-# measured on the bench split (measurements/popri_standardisation.py: 5,816 clients, T = 3,
-# K × J = 24 × 10 groups of near-neighbour public texts), the noisy ranking keeps the
-# noise-free chosen sample 91.1 % of the time at ε = 1 and 98.6 % at ε = 7; z-scoring gives
-# 93.1 % and 98.6 %, every noisy pair is ordered right under either rule (≥ 99.9 %), and the
-# two rules' noise-free choices agree on 93 % of prompts.
+# cpu: sized for 2 shared cores, where DPO dominates (one epoch per round, not App. B.1's two;
+# J and ℓ = 5 as the paper; Alg. 4 scores): docs/measurements/working-scale.md#popri
+# The learning rate is large enough for a few LoRA steps per round to move the policy (8e-7
+# is tuned for thousands of steps on LLaMA-3-8B).
 _CPU = {
     **_PAPER,
     "rounds": 3,

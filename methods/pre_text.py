@@ -36,8 +36,8 @@ sensitivity 8), and exactly the accounted noise is added (the reference code add
 the profile's causal span filler (SmolLM2), and 1,000 expanded samples of at most 64 tokens
 (the splits' span length; the ``bench`` suite asks for 2,000, as every text release
 there). H stays 0.433
-noise stds (paper 004's ε = 7.58 rule; at ε = 1 the paper's rule would be 0.52: measured at
-cpu scale, the surviving samples differ by ~1 %). ``tiny`` runs in seconds in the tests
+noise stds (paper 004's ε = 7.58 rule; at ε = 1 the paper's rule would be 0.52: see
+``docs/measurements/working-scale.md#pre_text``). ``tiny`` runs in seconds in the tests
 (with lookahead 1, so the tests exercise it).
 """
 

@@ -118,17 +118,9 @@ PE_PAPER = {
     "min_words": 21,
     "variation_max_new_tokens": 85,
 }
-# cpu (working scale on 2 cores, ~5,800 clients): several releases, hundreds of samples and
-# real lookahead: T = 3, N_syn = 256, lookahead 1, W_steps = 1 (one 30 % pass already
-# rewrites a third of a text). A round costs N_syn × W_steps × (lookahead + 1) mask fills
-# (the last round N_syn × W_steps × lookahead), 1,280 in all; the cpu profile's causal span
-# filler (SmolLM2) measured ~1 text/s on the shared 2 cores at batch 8 in fp32, and 1.40
-# texts/s on one thread at batch 32 under bf16 autocast (0.53 before;
-# measurements/bench_generation.py), so fills, not the histogram, bound the cpu budget.
-# Measured at this population (chitchat, MiniLM, ε = 1, δ = 1e-5, T = 3, N_syn = 256,
-# public texts as the population): the noisy thresholded histogram correlates 0.98 with the
-# noise-free one and ~245 of 256 samples survive H, so client-level normalisation does not
-# drown the signal.
+# cpu: several releases, hundreds of samples and real lookahead, sized for 2 cores, where
+# the mask fills bound the budget: docs/measurements/working-scale.md#private_evolution
+# W_steps = 1: one 30 % pass already rewrites a third of a text.
 PE_CPU = {
     **PE_PAPER,
     "iterations": 3,

@@ -9,11 +9,10 @@ A judge answers, for each (prompt, response A, response B), 1.0 if A is better, 
   with GPT-4o win rates), ``pmi`` (how much more likely the prompt makes the response
   than a context-free opening does, log p(r|x) − log p(r|∅): relevance to the context,
   which a fluent off-topic reply lacks) and ``reward_model`` (a local sequence-
-  classification model). On the ``chitchat_prefs`` public pairs (300, SmolLM2-135M as
-  judge) the human-preferred reply wins 74 % under ``pmi``, 58 % under ``loglik`` and 55 %
-  under ``llm`` (both templates). A score judge reads the profile's generator unless its
-  spec names another LM (``lm``, see :func:`judge_generator`): the ``prefs`` track's judge
-  is ``pmi`` under Gemma 3 270M, a model no policy starts from (why:
+  classification model). How often each prefers the human reply:
+  ``docs/measurements/working-scale.md#judges``. A score judge reads the profile's
+  generator unless its spec names another LM (``lm``, see :func:`judge_generator`): the
+  ``prefs`` track's judge is ``pmi`` under Gemma 3 270M, a model no policy starts from (why:
   :class:`ContextPMIJudge`; its gate: ``measurements/judge_agreement.py``);
 - verdict judges read both responses in one prompt and answer "A" or "B": ``llm`` (a local
   LLM, by comparing the log-probabilities of answering A and B) and ``http`` (any
@@ -86,13 +85,14 @@ class ContextPMIJudge(ScoreJudge):
     picks, token by token, the policy's likeliest continuation of the prompt, i.e. it climbs
     the first term of this score when the judge *is* the policy's starting model. Such a
     judge rates the untouched base model's greedy replies above what people wrote by
-    construction (SmolLM2 judging SmolLM2's policies: the base model won 77 % against the
-    human replies), and every aligning step away from the start costs score. Under a model
+    construction (SmolLM2 judging SmolLM2's policies, measured:
+    ``docs/measurements/working-scale.md#judges``), and every aligning step away from the
+    start costs score. Under a model
     no policy starts from (``lm`` in the spec: Gemma 3 270M for the ``prefs`` track) the
     base model's decoding climbs nothing the judge reads, so its replies get no built-in
     advantage over human ones; whether they then score below the human replies is
-    measured, not assumed (``measurements/judge_agreement.py``, model vs human on 100 public
-    pairs: 60 % of them lose under Gemma, 32 % under SmolLM2; the gate asks 70 %).
+    measured, not assumed (``measurements/judge_agreement.py``, model vs human on public
+    pairs; the gate asks 70 %; results: ``docs/measurements/working-scale.md#judges``).
     """
 
     name = "pmi"

@@ -8,10 +8,8 @@ A text or n-gram that the public part also holds is not evidence: a method may r
 public part, so it can write that text without touching private data (chat has many generic
 lines, and scripture many stock phrases).
 
-Why n = 12 words: on the bench's chitchat split (64-token spans, ~46 words) the share of
-public texts that share an n-gram with some private text, none of them copied, falls from
-52 % at n = 5 and 2.3 % at n = 8 to 0.18 % at n = 12 (0.08 % with the public filter); on
-the kjv quick split from 2.3 % at n = 8 to 0.25 % at n = 12. Twelve words is a quarter of a
+Why n = 12 words: at n = 12 few public texts share an n-gram with a private text (the shares
+per n: ``docs/measurements/working-scale.md#verbatim``). Twelve words is a quarter of a
 span: a release that copies a private span, or half of one, still matches; one that only
 shares a stock phrase does not (``docs/architecture.md``, "Verbatim detection").
 
@@ -26,8 +24,8 @@ oracle control, which releases real train texts by design) is not refused, but i
 are recorded like every other run's, so they show where the threshold sits.
 
 Cost: each text is hashed once (its normalised form and its n-gram shingles), so a check
-is linear in the words of the split and the release (2,000 released texts against a 7,000
-text private side and a 4,000 text public part take about a second on one core).
+is linear in the words of the split and the release (a timing:
+``docs/measurements/working-scale.md#verbatim``).
 """
 
 from __future__ import annotations
@@ -42,11 +40,11 @@ from typing import Any
 
 from benchmark.data import TEXT, FederatedSplit
 
-NGRAM = 12  # words; see the module docstring for the measurement that chose it
+NGRAM = 12  # words; chosen by measurement: docs/measurements/working-scale.md#verbatim
 ALPHA = 1e-3  # level of the one-sided test that a release matches more than public text does
 CONFIDENCE = 0.95  # of the upper bound on the public part's natural rate
 # The natural rate assumed for a split without a public part (nothing to calibrate on):
-# above every rate measured (0.08 % on chitchat, 0 to 0.25 % on kjv, upper bounds included).
+# above every rate measured (docs/measurements/working-scale.md#verbatim).
 NO_PUBLIC_RATE = 0.01
 PRIVATE_PARTS = ("train", "validation", "test")
 PAIR_FIELDS = ("prompt", "chosen", "rejected")  # a preference tuple's text fields

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-# Proposals drawn per rejection-sampling batch; acceptance is at least ~1/3 in practice.
+# Proposals per rejection-sampling batch; acceptance: docs/measurements/working-scale.md#dp_pca
 BATCH = 256
 MAX_PROPOSALS = 1_000_000
 

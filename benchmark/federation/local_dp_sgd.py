@@ -193,8 +193,8 @@ def per_sample_scale(grads: list[torch.Tensor], clip_norm: float) -> float:
 
     Each tensor's norm is reduced in its own dtype (the kernel accumulates blockwise, so
     its relative error stays near the dtype's epsilon) and the per-tensor norms are
-    combined in float64. Casting every gradient to float64 first gave the same norm to
-    ~1e-7 but cost a third of a SmolLM2 DP-SGD step (it copies all 135M values).
+    combined in float64. Casting every gradient to float64 first gave the same norm but
+    copies all 135M values of SmolLM2 (``docs/measurements/working-scale.md#local_dp_sgd``).
     """
     norm = math.sqrt(sum(float(torch.linalg.vector_norm(g)) ** 2 for g in grads))
     if not math.isfinite(norm):

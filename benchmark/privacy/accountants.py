@@ -11,8 +11,8 @@ Three accountants compose the ledger's releases:
   it analyses the remove direction of the Poisson-subsampled Gaussian.
 - ``pld``: privacy loss distributions (dp-accounting's ``PLDAccountant``, add/remove
   neighbours, both directions, pessimistic rounding) with a value discretisation of
-  :data:`PLD_DISCRETISATION`. Pessimistic rounding keeps it an upper bound; on the
-  DPPrefSyn Table 7 settings 1e-3 is within 0.004 of 1e-4 and about ten times faster.
+  :data:`PLD_DISCRETISATION`. Pessimistic rounding keeps it an upper bound; 1e-3 is close
+  to 1e-4 and faster (``docs/measurements/working-scale.md#accountants``).
 
 The analytic Gaussian mechanism (Balle & Wang 2018) gives exact ε for one Gaussian
 release; T full-participation Gaussian releases of noise σ equal one of noise σ/√T.

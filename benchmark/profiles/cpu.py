@@ -79,7 +79,7 @@ GEMMA = PackagedGenerator(
 def _hf_generator(packaged: PackagedGenerator) -> HFGenerator:
     model, tokenizer = packaged.load()
     # Batch 64: decode steps are small matmuls, so rows come almost free up to here
-    # (measurements/bench_generation.py: ~1.4x the texts/s of batch 32, none more at 128).
+    # (docs/measurements/working-scale.md#generation).
     return HFGenerator(model, tokenizer, packaged.label, batch_size=64, fast_sampling=True)
 
 

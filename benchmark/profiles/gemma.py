@@ -8,11 +8,11 @@ assembler package whose :func:`assemble` concatenates them. Here:
   (pinned here and checked against the assembler's own constant): a partial, corrupt or
   planted file is reassembled, never loaded;
 - transformers dequantises it to an fp32 ``Gemma3ForCausalLM`` (268 M parameters, the
-  tied 262,144 x 640 embedding / LM head 63 % of them; measured on the shared 2 cores:
-  60 s plus 29 s for the tokenizer when lightly loaded, 267 s in all under heavy load),
-  which :mod:`benchmark.profiles.gguf_cache` saves once (1.07 GB) under
-  ``cache_dir()/gemma-3-270m-q4_k_m-fp32-<sha256[:16]>``; later loads took 11-19 s under
-  the same heavy load and need neither the packages nor the network.
+  tied 262,144 x 640 embedding / LM head 63 % of them; load times:
+  ``docs/measurements/working-scale.md#model-loading``), which
+  :mod:`benchmark.profiles.gguf_cache` saves once (1.07 GB) under
+  ``cache_dir()/gemma-3-270m-q4_k_m-fp32-<sha256[:16]>``; later loads are faster and need
+  neither the packages nor the network.
 
 Prompting: this is a base (pretrained-only) model and the GGUF carries no chat template,
 so the tokenizer is saved without one, and :func:`benchmark.profiles.hf_generator.

@@ -4,7 +4,8 @@ transformers (+ ``gguf``) dequantises a GGUF to an fp32 model (seconds to minute
 GB of RAM at the peak). That model refuses ``save_pretrained`` (it carries a GGUF
 quantization config), so its state dict is copied into a fresh model of the same class,
 built from the same config minus ``quantization_config``, which is saved with the tokenizer
-under a cache directory; later loads read that in about a second. The directory is written
+under a cache directory; later loads read that, which is quick
+(``docs/measurements/working-scale.md#model-loading``). The directory is written
 under a temp name, then renamed, so a reader never sees a half-written one; its name is the
 caller's key (the carrier's version, or the GGUF's sha256).
 """

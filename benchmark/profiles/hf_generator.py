@@ -11,16 +11,16 @@ Choices (the papers do not fix them):
 - Decoding is this module's own loop over the model's KV cache, not transformers'
   ``generate``: a token is drawn by inverting its row's CDF at one uniform
   (:func:`sample_tokens`; ``torch.multinomial`` draws an exponential for every vocabulary
-  entry, ~12 % of a SmolLM2 batch's time at its 49k vocabulary), and a row that has
+  entry, a cost at SmolLM2's 49k vocabulary: ``docs/measurements/working-scale.md#generation``),
+  and a row that has
   ended gets padding, as ``generate`` pads it. Same distribution, other draws.
 - ``logprobs`` tokenises prompt and completion separately and concatenates them, so the
   scored tokens are exactly the completion's own tokens; no end-of-turn token is added.
 - ``fast_sampling``: sampling (never scoring or training; ``generate`` and the span filler,
   through :meth:`HFGenerator.sampling_context`) runs under bf16 autocast when
-  the CPU has native bf16 matrix kernels (AVX512-BF16 / AMX; oneDNN says so). Measured on
-  the 2-core AMD EPYC of this project (``measurements/bench_generation.py``, 3-shot prompts,
-  batch 32): fp32 1.50 texts/s, bf16 autocast 3.03 texts/s; fp32 matmul 201 GFLOP/s vs
-  bf16 827 GFLOP/s. Autocast keeps the fp32 weights untouched (LoRA / DPO train on them)
+  the CPU has native bf16 matrix kernels (AVX512-BF16 / AMX; oneDNN says so), where it
+  is faster (``docs/measurements/working-scale.md#generation``). Autocast keeps the fp32
+  weights untouched (LoRA / DPO train on them)
   and casts per matmul. On a CPU without native bf16 it would be slower, so it stays fp32
   there; the profile records which path ran (:func:`sampling_precision`).
 - ``output_ids`` (a speed route, off unless given): ``generate`` samples only among these

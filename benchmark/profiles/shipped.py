@@ -2,8 +2,8 @@
 
 The cpu profile's on-device LM and a split's public start are built by the project's own
 recipe (:mod:`benchmark.profiles.pretraining`, :func:`benchmark.training.public_start`).
-Built on each machine they differed from build to build (issue 32 measured ~0.005 top-1, a
-fifth of the bench's gap), and the pretraining alone took ~10 min of a first ``make run``.
+Built on each machine they differed from build to build, and the pretraining alone was a
+long part of a first ``make run`` (``docs/measurements/working-scale.md#instrument``).
 So the builds made here are committed under ``shipped/`` and used wherever their key
 matches (the same inputs, recipe and pinned library versions), before the local cache and
 instead of a rebuild. ``shipped/index.json`` lists each file's sha256; a file that is not

