@@ -32,7 +32,7 @@ Choices where the papers are silent or tune over a grid (``paper`` config):
 expectation, clip 0.1 and a small server lr 0.02, so that at ε = 1 the noise (std σC/(qN)
 per coordinate) does not wreck the public start; at this population size the noise dominates
 the signal, as the papers' DP-FL rows near ε = 0 foreshadow. The working scale is the
-``bench`` suite's (``leaderboard/suites.py``): 20 rounds of 100 of its 5,816 clients, lr and
+``bench`` suite's (``leaderboard/suite_defs/bench.yaml``): 20 rounds of 100 of its clients, lr and
 clip selected on validation over paper 000 App. C.1's grid. It lives in the suite, not in
 this default, because clients per round is a fraction of a population the profile does not
 know (on the quickstart's ~750 clients, 100 a round is 13 % of them), and the bench's

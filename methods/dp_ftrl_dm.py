@@ -56,7 +56,7 @@ Choices where the paper is silent (beyond those of DP-FTRL, see :mod:`methods.dp
   ``pretrain: all`` (1.4M steps at batch 512 in ``paper``); its distillation rows are
   ``pretrain: random`` with ``pretrain_fraction`` 0.01 / 0.0008, ``pretrain_steps``
   100k / 8k and ``pretrain_batch_size`` 128; the ``paper002`` suite
-  (``leaderboard/suites.py``) lists the ``cpu`` rows.
+  (``leaderboard/suite_defs/paper002.yaml``) lists the ``cpu`` rows.
 - ``midtrain_round`` ∈ [0, T): Table 4's T' = T column (public training after all DP
   rounds) is not supported.
 - Round 0's random init is seeded by the run's seed; the paper's pre-trained checkpoint
