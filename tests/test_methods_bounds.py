@@ -9,7 +9,6 @@ from model_methods_support import (
     load_params,
     make_context,
     run_rounds,
-    torch_threads,
 )
 
 from benchmark.evaluation.downstream import evaluate_lm, train_lm
@@ -26,11 +25,7 @@ from benchmark.training import (
 )
 from methods.bounds import NonPrivate, PublicOnly
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    with torch_threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def release(method, ctx):

@@ -9,7 +9,6 @@ from model_methods_support import (
     make_context,
     make_split,
     run_rounds,
-    torch_threads,
 )
 
 from benchmark.privacy.accountants import epsilon, epsilon_from_ledger
@@ -20,10 +19,7 @@ from methods.dp_fedavg import DPFedAvg, sample_rate
 DELTA = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    with torch_threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def fedavg(**params):

@@ -11,7 +11,6 @@ from model_methods_support import (
     make_context,
     make_split,
     run_rounds,
-    torch_threads,
 )
 
 from benchmark.data import group_by_client
@@ -24,10 +23,7 @@ from methods.dp_ftrl import CROSS_DEVICE_002, DPFTRL, ftrl_noise, tree_schedule
 DELTA = 1e-5
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    with torch_threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def ftrl(**params):
