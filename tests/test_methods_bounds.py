@@ -4,12 +4,7 @@ import math
 
 import pytest
 import torch
-from model_methods_support import (
-    client_texts,
-    load_params,
-    make_context,
-    run_rounds,
-)
+from model_methods_support import client_texts, load_params, make_context, run_rounds
 
 from benchmark.evaluation.downstream import evaluate_lm, train_lm
 from benchmark.privacy.accountants import epsilon_from_ledger

@@ -4,12 +4,7 @@ import math
 
 import pytest
 import torch
-from model_methods_support import (
-    load_params,
-    make_context,
-    make_split,
-    run_rounds,
-)
+from model_methods_support import load_params, make_context, make_split, run_rounds
 
 from benchmark.privacy.accountants import epsilon, epsilon_from_ledger
 from benchmark.privacy.ledger import SUBSAMPLED_GAUSSIAN
@@ -17,8 +12,6 @@ from benchmark.training import flat_params
 from methods.dp_fedavg import DPFedAvg, sample_rate
 
 DELTA = 1e-5
-
-
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 

@@ -6,12 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from model_methods_support import (
-    load_params,
-    make_context,
-    make_split,
-    run_rounds,
-)
+from model_methods_support import load_params, make_context, make_split, run_rounds
 
 from benchmark.data import group_by_client
 from benchmark.federation.pool import ClientPool
@@ -21,8 +16,6 @@ from benchmark.spec import SpecError
 from methods.dp_ftrl import CROSS_DEVICE_002, DPFTRL, ftrl_noise, tree_schedule
 
 DELTA = 1e-5
-
-
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 

@@ -24,8 +24,6 @@ from methods.dp_ftrl_dm import DPFTRLDM
 from methods.public_training import kd_loss, random_fraction, top_fraction
 
 DELTA = 1e-5
-
-
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
