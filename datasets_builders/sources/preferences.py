@@ -240,20 +240,8 @@ class _PreferenceSource(Source):
         policy: RecordPolicy,
         prefix: str = "train",
     ) -> Iterator[SourceRecord]:
-        raise NotImplementedError
-
-
-class _RowTuples:
-    """Mixin of a :class:`_PreferenceSource` whose every hub row is one tuple (or is
-    skipped, counted)."""
-
-    def tuples(
-        self,
-        rows: Iterable[dict[str, Any]],
-        opts: dict[str, Any],
-        policy: RecordPolicy,
-        prefix: str = "train",
-    ) -> Iterator[SourceRecord]:
+        """The tuples of split ``prefix``'s hub rows: one per row here (:meth:`row_tuple`);
+        a task whose tuples span rows overrides this."""
         for index, row in enumerate(rows):
             record = self.row_tuple(row, index, policy, prefix)
             if record is not None:
@@ -365,7 +353,7 @@ def split_dialogue(dialogue: str) -> tuple[str, str] | None:
     return dialogue[:end] + " ", dialogue[end:].strip()
 
 
-class HHRLHFSource(_RowTuples, _PreferenceSource):
+class HHRLHFSource(_PreferenceSource):
     name: ClassVar[str] = "hh_rlhf"
     description: ClassVar[str] = "Anthropic HH-RLHF helpful/harmless preference pairs"
     date_field: ClassVar[str | None] = None
@@ -390,7 +378,7 @@ class HHRLHFSource(_RowTuples, _PreferenceSource):
         )
 
 
-class TLDRSource(_RowTuples, _PreferenceSource):
+class TLDRSource(_PreferenceSource):
     name: ClassVar[str] = "tldr"
     description: ClassVar[str] = "OpenAI TL;DR summarisation comparisons (Reddit posts)"
     date_field: ClassVar[str | None] = None
