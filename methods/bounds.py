@@ -39,32 +39,39 @@ from benchmark.api import (
 )
 from methods.fedlearn import save_model
 
+# The privacy units the reference rows (the bounds here, the oracle and generator_only
+# controls) run under.
+REFERENCE_UNITS = ("user", "sample", "central")
 
-class PublicOnly(Method):
-    """ε = 0: the shared public starting point, released as is."""
 
-    name = "public_only"
+class Bound(Method):
+    """A reference point of the gap-closed scale: no server rounds."""
+
     role = "bound"
-    artifact_kind = "model"
-    privacy_units = ("user", "sample", "central")
-    models = ("ondevice_lm",)
-    configs = PUBLIC_START_CONFIGS
+    privacy_units = REFERENCE_UNITS
 
     def num_rounds(self) -> int:
         return 0
+
+
+class PublicOnly(Bound):
+    """ε = 0: the shared public starting point, released as is."""
+
+    name = "public_only"
+    artifact_kind = "model"
+    models = ("ondevice_lm",)
+    configs = PUBLIC_START_CONFIGS
 
     def finish(self, ctx: MethodContext, state: Any) -> Artifact:
         model = public_start(ctx, self.config)
         return save_model(model, ctx.profile.ondevice_lm().tokenizer, ctx.work_dir / self.name)
 
 
-class NonPrivate(Method):
+class NonPrivate(Bound):
     """ε = ∞: the public start fine-tuned on the centralised private training texts."""
 
     name = "nonprivate"
-    role = "bound"
     artifact_kind = "model"
-    privacy_units = ("user", "sample", "central")
     models = ("ondevice_lm",)
     configs = {
         "tiny": {**PUBLIC_START_CONFIGS["tiny"], "epochs": 2, "lr": 2e-3, "batch_size": 16},
@@ -72,9 +79,6 @@ class NonPrivate(Method):
         "paper": {**PUBLIC_START_CONFIGS["paper"], "epochs": 80, "lr": 2e-4, "batch_size": 160},
     }
     configs = {p: {**c, "max_length": 64} for p, c in configs.items()}
-
-    def num_rounds(self) -> int:
-        return 0
 
     def finish(self, ctx: MethodContext, state: Any) -> Artifact:
         model = public_start(ctx, self.config)
@@ -99,17 +103,12 @@ class NonPrivate(Method):
         return save_model(model, tokenizer, ctx.work_dir / self.name)
 
 
-class BaseModel(Method):
+class BaseModel(Bound):
     """ε = 0 of the preference track: no pairs, so the downstream policy stays the base."""
 
     name = "base_model"
-    role = "bound"
     artifact_kind = "preferences"
-    privacy_units = ("user", "sample", "central")
     configs = {"tiny": {}, "cpu": {}, "paper": {}}
-
-    def num_rounds(self) -> int:
-        return 0
 
     def finish(self, ctx: MethodContext, state: Any) -> Artifact:
         return Artifact(kind=self.artifact_kind, pairs=[])

@@ -48,7 +48,7 @@ from typing import Any
 import torch
 
 from benchmark.api import PUBLIC_START_CONFIGS, MethodContext
-from methods.fedlearn import FEDERATED_DEFAULTS, FederatedLM, momentum_step
+from methods.fedlearn import FEDERATED_DEFAULTS, PAPER_000_STEPS, FederatedLM, momentum_step
 
 
 def sample_rate(clients_per_round: int | None, num_clients: int) -> float:
@@ -77,8 +77,7 @@ class DPFedAvg(FederatedLM):
         },
         "paper": {
             **PUBLIC_START_CONFIGS["paper"], **FEDERATED_DEFAULTS,
-            "rounds": 20, "clients_per_round": None, "local_epochs": 1, "local_batch_size": 2,
-            "client_lr": 0.01, "clip_norm": 0.1, "server_lr": 1.0, "server_momentum": 0.9,
+            "rounds": 20, "clients_per_round": None, **PAPER_000_STEPS,
         },
     }  # fmt: skip
 

@@ -63,7 +63,7 @@ from typing import Any
 import torch
 
 from benchmark.api import PUBLIC_START_CONFIGS, MethodContext, SpecError
-from methods.fedlearn import FEDERATED_DEFAULTS, FederatedLM
+from methods.fedlearn import FEDERATED_DEFAULTS, PAPER_000_STEPS, FederatedLM
 
 CROSS_DEVICE_002: dict[str, Any] = {
     "rounds": 1600,
@@ -159,8 +159,7 @@ class DPFTRL(FederatedLM):
         },
         "paper": {
             **PUBLIC_START_CONFIGS["paper"], **FEDERATED_DEFAULTS,
-            "rounds": 20, "cohort_size": None, "local_epochs": 1, "local_batch_size": 2,
-            "client_lr": 0.01, "clip_norm": 0.1, "server_lr": 1.0, "server_momentum": 0.9,
+            "rounds": 20, "cohort_size": None, **PAPER_000_STEPS,
         },
     }  # fmt: skip
 

@@ -42,6 +42,16 @@ FEDERATED_DEFAULTS: dict[str, Any] = {
     "select_every": 1,
     "max_samples_per_client": None,
 }
+# The ``paper`` configs' client and server steps: paper 000 App. C.1's DP-FedAvg settings,
+# which C.2 gives DP-FTRL too ("similar to DP-FedAvg other than the noise multipliers").
+PAPER_000_STEPS: dict[str, Any] = {
+    "local_epochs": 1,
+    "local_batch_size": 2,
+    "client_lr": 0.01,
+    "clip_norm": 0.1,
+    "server_lr": 1.0,
+    "server_momentum": 0.9,
+}
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmark.api import Artifact, Method, MethodContext
+from methods.bounds import REFERENCE_UNITS
 from methods.popri import POPri
 from methods.private_evolution import eligible_public, expand
 from methods.release_sampling import release_sampling
@@ -54,7 +55,7 @@ class GeneratorOnly(Method):
     name = "generator_only"
     role = "control"
     artifact_kind = "texts"
-    privacy_units = ("user", "sample", "central")
+    privacy_units = REFERENCE_UNITS
     models = ("generator",)
     configs = {
         profile: {key: config[key] for key in SHARED_WITH_POPRI}

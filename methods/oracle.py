@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from benchmark.api import Artifact, ClientData, Method, MethodContext
+from methods.bounds import REFERENCE_UNITS
 
 
 class Oracle(Method):
@@ -35,7 +36,7 @@ class Oracle(Method):
     name = "oracle"
     role = "control"
     artifact_kind = "texts"
-    privacy_units = ("user", "sample", "central")
+    privacy_units = REFERENCE_UNITS
     configs = {
         "tiny": {"num_texts": 16},
         "cpu": {"num_texts": 1000},

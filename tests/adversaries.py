@@ -320,11 +320,6 @@ class ErrorClassName(Adversary):
     client_fn = staticmethod(raise_named_after_text)
 
 
-@register("adv_exit_code")
-class ExitCode(Adversary):
-    client_fn = staticmethod(exit_with_letter)
-
-
 @register("adv_sleep_by_letter")
 class SleepByLetter(Adversary):
     """Its server side is one call at a fixed noise (no accountant to solve), so nearly
@@ -340,16 +335,6 @@ class SleepByLetter(Adversary):
 @register("adv_rewrite_reports")
 class RewriteReports(Adversary):
     client_fn = staticmethod(rewrite_reports)
-
-
-@register("adv_shape_by_letter")
-class ShapeByLetter(Adversary):
-    client_fn = staticmethod(shape_by_letter)
-
-
-@register("adv_dtype_named_after_text")
-class DtypeNamedAfterText(Adversary):
-    client_fn, batched = staticmethod(dtype_named_after_text), True
 
 
 @register("adv_prints")

@@ -10,6 +10,8 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 _SESSION_DIR = tempfile.mkdtemp(prefix="fedsynth-tests-")
 atexit.register(shutil.rmtree, _SESSION_DIR, ignore_errors=True)
 
@@ -34,3 +36,13 @@ def pytest_collection_modifyitems(items):
     at once; by default xdist orders files by test count, which left the Ray and quickstart
     files running alone at the end."""
     items.sort(key=lambda item: item.get_closest_marker("end_to_end") is None)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread for a module of tiny-model trainings (``pytestmark =
+    pytest.mark.usefixtures("one_torch_thread")``): several times faster on a shared box."""
+    from model_methods_support import torch_threads
+
+    with torch_threads(1):
+        yield

@@ -4,13 +4,7 @@ import math
 
 import pytest
 import torch
-from model_methods_support import (
-    client_texts,
-    load_params,
-    make_context,
-    run_rounds,
-    torch_threads,
-)
+from model_methods_support import client_texts, load_params, make_context, run_rounds
 
 from benchmark.evaluation.downstream import evaluate_lm, train_lm
 from benchmark.privacy.accountants import epsilon_from_ledger
@@ -26,11 +20,7 @@ from benchmark.training import (
 )
 from methods.bounds import NonPrivate, PublicOnly
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    with torch_threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def release(method, ctx):

@@ -4,13 +4,7 @@ import math
 
 import pytest
 import torch
-from model_methods_support import (
-    load_params,
-    make_context,
-    make_split,
-    run_rounds,
-    torch_threads,
-)
+from model_methods_support import load_params, make_context, make_split, run_rounds
 
 from benchmark.privacy.accountants import epsilon, epsilon_from_ledger
 from benchmark.privacy.ledger import SUBSAMPLED_GAUSSIAN
@@ -18,12 +12,7 @@ from benchmark.training import flat_params
 from methods.dp_fedavg import DPFedAvg, sample_rate
 
 DELTA = 1e-5
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    with torch_threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def fedavg(**params):

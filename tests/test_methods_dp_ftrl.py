@@ -6,13 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from model_methods_support import (
-    load_params,
-    make_context,
-    make_split,
-    run_rounds,
-    torch_threads,
-)
+from model_methods_support import load_params, make_context, make_split, run_rounds
 
 from benchmark.data import group_by_client
 from benchmark.federation.pool import ClientPool
@@ -22,12 +16,7 @@ from benchmark.spec import SpecError
 from methods.dp_ftrl import CROSS_DEVICE_002, DPFTRL, ftrl_noise, tree_schedule
 
 DELTA = 1e-5
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    with torch_threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def ftrl(**params):

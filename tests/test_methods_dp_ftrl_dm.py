@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from model_methods_support import finish, make_context, make_split, run_rounds, torch_threads
+from model_methods_support import finish, make_context, make_split, run_rounds
 
 from benchmark.artifact import Artifact, ArtifactError
 from benchmark.data import FederatedSplit
@@ -24,12 +24,7 @@ from methods.dp_ftrl_dm import DPFTRLDM
 from methods.public_training import kd_loss, random_fraction, top_fraction
 
 DELTA = 1e-5
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    with torch_threads(1):
-        yield
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def dm(**params):

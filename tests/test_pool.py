@@ -36,10 +36,8 @@ def count_chars(client: ClientData, payload) -> np.ndarray:
     return np.array([sum(len(t) for t in client.texts), 1.0])
 
 
-def test_server_cannot_read_client_texts():
-    pool = make_pool()
-    with pytest.raises(PrivacyError, match="only receives clipped, noised aggregates"):
-        pool.clients  # noqa: B018
+def leak_client_data(pool: ClientPool) -> ClientData:
+    """The ClientData object a client function hands out to the server side."""
     leaked = []
     pool.aggregate(
         lambda c, p: leaked.append(c) or np.zeros(1),
@@ -48,24 +46,24 @@ def test_server_cannot_read_client_texts():
         noise_multiplier=1.0,
         label="leak",
     )
+    return leaked[0]
+
+
+def test_server_cannot_read_client_texts():
+    pool = make_pool()
+    with pytest.raises(PrivacyError, match="only receives clipped, noised aggregates"):
+        pool.clients  # noqa: B018
+    leaked = leak_client_data(pool)
     with pytest.raises(PrivacyError, match="server-side code tried to read client texts"):
-        leaked[0].texts  # noqa: B018
+        leaked.texts  # noqa: B018
 
 
 def test_client_data_cannot_be_pickled_out():
     import pickle
 
-    pool = make_pool()
-    leaked = []
-    pool.aggregate(
-        lambda c, p: leaked.append(c) or np.zeros(1),
-        dim=1,
-        clip_norm=1,
-        noise_multiplier=1.0,
-        label="leak",
-    )
+    leaked = leak_client_data(make_pool())
     with pytest.raises(PrivacyError):
-        pickle.dumps(leaked[0])
+        pickle.dumps(leaked)
 
 
 def test_noise_and_clipping_cannot_be_skipped():

@@ -1,13 +1,9 @@
 """The trust domains are visible in the tree: what runs untrusted (benchmark/untrusted/)
 imports nothing of the trusted side, not even lazily, and the runner is reachable from none
-of it; the modules both sides share import neither; and the core has no import cycle."""
+of it; and the modules both sides share import neither. (No import cycle anywhere:
+``tests/test_layers.py``, on the same graph.)"""
 
-import ast
-from pathlib import Path
-
-import benchmark
-
-ROOT = Path(benchmark.__file__).parent
+from import_graph import GRAPH
 
 TRUSTED = (
     "benchmark.runner",
@@ -25,26 +21,6 @@ TRUSTED = (
     "leaderboard",
 )
 SHARED = ("benchmark.protocol", "benchmark.checkpoints")
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imports(path: Path) -> set[str]:
-    """Every module ``path`` imports, at module level or inside a function."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module)
-            found |= {f"{node.module}.{alias.name}" for alias in node.names}
-    return found
-
-
-GRAPH = {module_name(p): imports(p) for p in ROOT.rglob("*.py")}
 
 
 def under(name: str, prefixes: tuple[str, ...]) -> bool:
@@ -89,34 +65,3 @@ def test_the_launcher_starts_only_untrusted_modules():
     from benchmark.isolation.launch import ROLES
 
     assert all(under(module, ("benchmark.untrusted",)) for module in ROLES.values())
-
-
-def test_no_import_cycle_in_the_core():
-    """Imports at any level (lazy and type-checking ones included) form no cycle."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    cycles = []
-
-    def visit(module: str) -> None:  # Tarjan's strongly connected components
-        index[module] = low[module] = len(index)
-        stack.append(module)
-        for name in GRAPH[module]:
-            if name not in GRAPH:
-                continue
-            if name not in index:
-                visit(name)
-                low[module] = min(low[module], low[name])
-            elif name in stack:
-                low[module] = min(low[module], index[name])
-        if low[module] == index[module]:
-            component = []
-            while not component or component[-1] != module:
-                component.append(stack.pop())
-            if len(component) > 1:
-                cycles.append(sorted(component))
-
-    for module in sorted(GRAPH):
-        if module not in index:
-            visit(module)
-    assert not cycles

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from typing import Any
@@ -19,8 +20,13 @@ _POSITIVE = click.FloatRange(min=0.0, min_open=True)
 _OPEN_UNIT = click.FloatRange(min=0.0, max=1.0, min_open=True, max_open=True)
 
 
+# The accounting settings both subcommands take, in the order --help and --json list them.
+_SETTINGS = ("sample_rate", "steps", "delta", "accountant", "mechanism")
+
+
 def _shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Options that both subcommands take, in the order --help lists them."""
+    """Options that both subcommands take, in the order --help lists them; the command gets
+    the accounting settings as one ``settings`` dict (keys in :data:`_SETTINGS` order)."""
     options = [
         click.option(
             "--sample-rate",
@@ -57,9 +63,15 @@ def _shared_options(command: Callable[..., Any]) -> Callable[..., Any]:
             "--json", "as_json", is_flag=True, help="Print a JSON object: inputs and result."
         ),
     ]
+
+    @functools.wraps(command)
+    def with_settings(**kwargs: Any) -> Any:
+        settings = {key: kwargs.pop(key) for key in _SETTINGS}
+        return command(settings=settings, **kwargs)
+
     for option in reversed(options):
-        command = option(command)
-    return command
+        with_settings = option(with_settings)
+    return with_settings
 
 
 def _emit(result: dict[str, Any], key: str, as_json: bool) -> None:
@@ -90,59 +102,31 @@ def privacy_group() -> None:
     help="Gaussian noise std divided by the L2 sensitivity (clip norm).",
 )
 @_shared_options
-def epsilon_command(
-    noise_multiplier: float,
-    sample_rate: float,
-    steps: int,
-    delta: float,
-    accountant: str,
-    mechanism: str,
-    as_json: bool,
-) -> None:
+def epsilon_command(noise_multiplier: float, settings: dict[str, Any], as_json: bool) -> None:
     """Print the ε at --delta of --steps releases with this noise multiplier.
 
     Example: fedsynth privacy epsilon --noise-multiplier 19.3 --sample-rate 1
     --steps 20 --delta 3e-6 prints 0.9972741870077821 (POPri's ε ≈ 1).
     """
-    eps = _call(epsilon, noise_multiplier, sample_rate, steps, delta, accountant, mechanism)
-    result = {
-        "noise_multiplier": noise_multiplier,
-        "sample_rate": sample_rate,
-        "steps": steps,
-        "delta": delta,
-        "accountant": accountant,
-        "mechanism": mechanism,
-        "epsilon": eps,
-    }
+    eps = _call(epsilon, noise_multiplier, **settings)
+    result = {"noise_multiplier": noise_multiplier, **settings, "epsilon": eps}
     _emit(result, "epsilon", as_json)
 
 
 @privacy_group.command("noise")
 @click.option("--epsilon", "target", required=True, type=_POSITIVE, help="Target ε (> 0).")
 @_shared_options
-def noise_command(
-    target: float,
-    sample_rate: float,
-    steps: int,
-    delta: float,
-    accountant: str,
-    mechanism: str,
-    as_json: bool,
-) -> None:
+def noise_command(target: float, settings: dict[str, Any], as_json: bool) -> None:
     """Print the smallest noise multiplier whose ε at --delta is at most --epsilon.
 
     Found by bisection to 0.01 % relative precision, always on the safe side: the
     printed value meets the target. --json also reports the ε it achieves.
     """
-    sigma = _call(noise_multiplier_for, target, delta, sample_rate, steps, accountant, mechanism)
+    sigma = _call(noise_multiplier_for, target, **settings)
     result = {
         "epsilon": target,
-        "sample_rate": sample_rate,
-        "steps": steps,
-        "delta": delta,
-        "accountant": accountant,
-        "mechanism": mechanism,
+        **settings,
         "noise_multiplier": sigma,
-        "achieved_epsilon": epsilon(sigma, sample_rate, steps, delta, accountant, mechanism),
+        "achieved_epsilon": epsilon(sigma, **settings),
     }
     _emit(result, "noise_multiplier", as_json)

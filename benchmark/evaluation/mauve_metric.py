@@ -10,6 +10,7 @@ loading a model. mauve-text (GPL-3.0) is imported only when this metric runs.
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
 from importlib.metadata import version
 from typing import Any
 
@@ -19,16 +20,21 @@ from benchmark.artifact import Artifact
 from benchmark.evaluation.base import TEXT_KINDS, EvalContext, Metric
 
 
+@dataclass(frozen=True)
+class MauveSettings:
+    """mauve-text's clustering and scaling knobs, at its own defaults: the metric's settings
+    and :func:`mauve_from_features`'s arguments."""
+
+    num_buckets: int | str = "auto"
+    kmeans_num_redo: int = 5
+    kmeans_max_iter: int = 500
+    kmeans_explained_var: float = 0.9
+    mauve_scaling_factor: float = 5.0
+    divergence_curve_discretization_size: int = 25
+
+
 def mauve_from_features(
-    p: np.ndarray,
-    q: np.ndarray,
-    seed: int = 25,
-    num_buckets: int | str = "auto",
-    kmeans_num_redo: int = 5,
-    kmeans_max_iter: int = 500,
-    kmeans_explained_var: float = 0.9,
-    mauve_scaling_factor: float = 5.0,
-    divergence_curve_discretization_size: int = 25,
+    p: np.ndarray, q: np.ndarray, seed: int = 25, settings: MauveSettings = MauveSettings()
 ) -> dict[str, float]:
     """MAUVE and frontier integral of two feature sets (p = real, q = synthetic)."""
     import mauve
@@ -38,12 +44,7 @@ def mauve_from_features(
         q_features=np.asarray(q, dtype=np.float32),
         device_id=-1,
         seed=seed,
-        num_buckets=num_buckets,
-        kmeans_num_redo=kmeans_num_redo,
-        kmeans_max_iter=kmeans_max_iter,
-        kmeans_explained_var=kmeans_explained_var,
-        mauve_scaling_factor=mauve_scaling_factor,
-        divergence_curve_discretization_size=divergence_curve_discretization_size,
+        **asdict(settings),
         verbose=False,
     )
     return {"mauve": float(out.mauve), "frontier_integral": float(out.frontier_integral)}
@@ -72,31 +73,20 @@ class MAUVE(Metric):
         self,
         max_samples: int = 5_000,
         reference_part: str = "test",
-        num_buckets: int | str = "auto",
-        kmeans_num_redo: int = 5,
-        kmeans_max_iter: int = 500,
-        kmeans_explained_var: float = 0.9,
-        mauve_scaling_factor: float = 5.0,
-        divergence_curve_discretization_size: int = 25,
         features: str = "embedder",
         max_text_tokens: int = 1024,
+        **mauve_settings: Any,
     ) -> None:
+        """``mauve_settings``: the fields of :class:`MauveSettings`."""
         self.features, self.max_text_tokens = features, max_text_tokens
-        self.mauve_settings = {
-            "num_buckets": num_buckets,
-            "kmeans_num_redo": kmeans_num_redo,
-            "kmeans_max_iter": kmeans_max_iter,
-            "kmeans_explained_var": kmeans_explained_var,
-            "mauve_scaling_factor": mauve_scaling_factor,
-            "divergence_curve_discretization_size": divergence_curve_discretization_size,
-        }
+        self.mauve_settings = MauveSettings(**mauve_settings)
         lm_settings = {} if features == "embedder" else {"max_text_tokens": max_text_tokens}
         super().__init__(
             max_samples=max_samples,
             reference_part=reference_part,
             features=features,
             **lm_settings,
-            **self.mauve_settings,
+            **asdict(self.mauve_settings),
         )
         self.max_samples = max_samples
         self.reference_part = reference_part
@@ -114,7 +104,7 @@ class MAUVE(Metric):
             self.record(featurizer=name)
             p = lm_features(model, tokenizer, real, self.max_text_tokens)
             q = lm_features(model, tokenizer, synthetic, self.max_text_tokens)
-        scores = mauve_from_features(p, q, seed=ctx.seed, **self.mauve_settings)
+        scores = mauve_from_features(p, q, seed=ctx.seed, settings=self.mauve_settings)
         return {**scores, "n_synthetic": float(len(synthetic)), "n_real": float(len(real))}
 
     def _causal_lm(self, ctx: EvalContext) -> tuple[Any, Any, str]:

@@ -240,6 +240,17 @@ class _PreferenceSource(Source):
         policy: RecordPolicy,
         prefix: str = "train",
     ) -> Iterator[SourceRecord]:
+        """The tuples of split ``prefix``'s hub rows: one per row here (:meth:`row_tuple`);
+        a task whose tuples span rows overrides this."""
+        for index, row in enumerate(rows):
+            record = self.row_tuple(row, index, policy, prefix)
+            if record is not None:
+                yield record
+
+    def row_tuple(
+        self, row: dict[str, Any], index: int, policy: RecordPolicy, prefix: str
+    ) -> SourceRecord | None:
+        """The tuple of hub row ``index`` of split ``prefix``; None when it is skipped."""
         raise NotImplementedError
 
 
@@ -351,25 +362,20 @@ class HHRLHFSource(_PreferenceSource):
     default_test_samples: ClassVar[int] = 1000
     default_public: ClassVar[str] = "pku_saferlhf"
 
-    def tuples(
-        self,
-        rows: Iterable[dict[str, Any]],
-        opts: dict[str, Any],
-        policy: RecordPolicy,
-        prefix: str = "train",
-    ) -> Iterator[SourceRecord]:
-        for index, row in enumerate(rows):
-            chosen_split = split_dialogue(str(row.get("chosen") or ""))
-            rejected_split = split_dialogue(str(row.get("rejected") or ""))
-            if chosen_split is None or rejected_split is None:
-                policy.malformed(f"{prefix} row {index}", "no Assistant turn")
-                continue
-            prompt, chosen = chosen_split
-            if rejected_split[0] != prompt:
-                self.stats["rejected with a different history"] += 1
-            yield _tuple_record(
-                f"hh:{prefix}:{index}", prompt, chosen, rejected_split[1], licence="mit"
-            )
+    def row_tuple(
+        self, row: dict[str, Any], index: int, policy: RecordPolicy, prefix: str
+    ) -> SourceRecord | None:
+        chosen_split = split_dialogue(str(row.get("chosen") or ""))
+        rejected_split = split_dialogue(str(row.get("rejected") or ""))
+        if chosen_split is None or rejected_split is None:
+            policy.malformed(f"{prefix} row {index}", "no Assistant turn")
+            return None
+        prompt, chosen = chosen_split
+        if rejected_split[0] != prompt:
+            self.stats["rejected with a different history"] += 1
+        return _tuple_record(
+            f"hh:{prefix}:{index}", prompt, chosen, rejected_split[1], licence="mit"
+        )
 
 
 class TLDRSource(_PreferenceSource):
@@ -391,37 +397,32 @@ class TLDRSource(_PreferenceSource):
         hub = replace(self.hub, revision=revision, split=split)
         return iter_rows(hub, local_files=files, cache_dir=cache_dir)
 
-    def tuples(
-        self,
-        rows: Iterable[dict[str, Any]],
-        opts: dict[str, Any],
-        policy: RecordPolicy,
-        prefix: str = "train",
-    ) -> Iterator[SourceRecord]:
-        for index, row in enumerate(rows):
-            info = row.get("info") or {}
-            post = str(info.get("post") or "").strip()
-            if not post:
-                policy.skip("no Reddit post (CNN/DM article)")
-                continue
-            summaries = row.get("summaries") or []
-            try:
-                choice = int(row["choice"])
-                chosen = str(summaries[choice]["text"]).strip()
-                rejected = str(summaries[1 - choice]["text"]).strip()
-            except (KeyError, IndexError, TypeError, ValueError):
-                policy.malformed(f"{prefix} row {index}", "bad summaries or choice")
-                continue
-            yield _tuple_record(
-                f"tldr:{prefix}:{index}",
-                f"{post}\n\nSummary: ",
-                chosen,
-                rejected,
-                client_id=str(row.get("worker") or "") or None,
-                label=str(info.get("subreddit") or "") or None,
-                licence="openai-summarize-from-feedback",
-                extra={"post_id": str(info.get("id") or ""), "batch": str(row.get("batch") or "")},
-            )
+    def row_tuple(
+        self, row: dict[str, Any], index: int, policy: RecordPolicy, prefix: str
+    ) -> SourceRecord | None:
+        info = row.get("info") or {}
+        post = str(info.get("post") or "").strip()
+        if not post:
+            policy.skip("no Reddit post (CNN/DM article)")
+            return None
+        summaries = row.get("summaries") or []
+        try:
+            choice = int(row["choice"])
+            chosen = str(summaries[choice]["text"]).strip()
+            rejected = str(summaries[1 - choice]["text"]).strip()
+        except (KeyError, IndexError, TypeError, ValueError):
+            policy.malformed(f"{prefix} row {index}", "bad summaries or choice")
+            return None
+        return _tuple_record(
+            f"tldr:{prefix}:{index}",
+            f"{post}\n\nSummary: ",
+            chosen,
+            rejected,
+            client_id=str(row.get("worker") or "") or None,
+            label=str(info.get("subreddit") or "") or None,
+            licence="openai-summarize-from-feedback",
+            extra={"post_id": str(info.get("id") or ""), "batch": str(row.get("batch") or "")},
+        )
 
 
 class PublicPromptsSource(Source):
