@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from benchmark.evaluation.stats import summarize
+from benchmark.privacy.audit import refutation_p_value
 from leaderboard.client_hits import entry_client_hits
 from leaderboard.schema import ENTRY_SCHEMA_VERSION, EntryError, validate_entry
 
@@ -24,6 +25,15 @@ AUDIT_PREFIXES = ("mia.", "premia.", "dcr.", "canary.")
 
 
 CANARY_BOUND = "canary.epsilon_lower_bound"
+# The audit's recorded outcome: m canaries, r guesses, v of them right.
+CANARY_COUNTS = ("canary.canaries", "canary.guesses", "canary.correct")
+# Level at which the canary audit refutes a run's accounted ε and blocks its publication.
+# The reported bound is at 95 % (the audit literature's convention), which a truly DP run
+# exceeds in up to 5 % of runs: a gate there would refuse up to one honest cell in twenty.
+# It cannot be much stricter: the δ term of the p-value floors it near 2mδ over the
+# expected wrong guesses, so at 0.001 not even a release of all 581 of the bench's canaries
+# would refute ε = 1 (docs/architecture.md, "Record integrity").
+GATE_BETA = 0.01
 
 
 class PublicationRefused(ValueError):
@@ -33,24 +43,53 @@ class PublicationRefused(ValueError):
 
 def canary_refutation(document: dict[str, Any]) -> str | None:
     """Why the canary audit refutes the accounted ε of ``document`` (a run record, or an
-    entry: the worst of its seeds), else None. Such a release shows more than its ledger
-    allows (a bug in a mechanism, or a method that leaks around it), so it is never signed
-    and ``leaderboard verify`` refuses it; a truly ε-DP run is refused with probability at
-    most the audit's β (docs/architecture.md, "Record integrity")."""
+    entry: any of its seeds), else None. Such a release shows more than its ledger allows
+    (a bug in a mechanism, or a method that leaks around it), so it is never signed and
+    ``leaderboard verify`` refuses it. A seed's recorded outcome (m, r, v) refutes ε when
+    its corrected p-value is below :data:`GATE_BETA`, so a truly ε-DP run is refused with
+    probability at most that; an audit recorded without its counts is judged by its bound."""
     claimed = document.get("privacy", {}).get("epsilon")
     if claimed is None or claimed == "inf":
         return None
+    epsilon, delta = float(claimed), float(document["privacy"].get("delta", 0.0))
+    reasons = [_refutes(seed, epsilon, delta) for seed in _canary_outcomes(document)]
+    return next((r for r in reasons if r is not None), None)
+
+
+def _canary_outcomes(document: dict[str, Any]) -> list[dict[str, float]]:
+    """Each seed's canary numbers (bound and counts) from a record or an entry."""
+    keys = (CANARY_BOUND, *CANARY_COUNTS)
     if "audit" in document:
-        bounds = document["audit"].get(CANARY_BOUND, {}).get("values", [])
-    else:
-        bound = document.get("metrics", {}).get(CANARY_BOUND)
-        bounds = [] if bound is None else [bound]
-    worst = max((float(b) for b in bounds if b == b), default=None)  # b == b: not NaN
-    if worst is None or worst <= float(claimed) + 1e-9:
+        columns = {k: document["audit"].get(k, {}).get("values", []) for k in keys}
+        seeds = len(columns[CANARY_BOUND])
+        return [{k: v[i] for k, v in columns.items() if i < len(v)} for i in range(seeds)]
+    metrics = document.get("metrics", {})
+    return [{k: metrics[k] for k in keys if k in metrics}] if CANARY_BOUND in metrics else []
+
+
+def _refutes(outcome: dict[str, float], epsilon: float, delta: float) -> str | None:
+    """Why one seed's audit refutes (ε, δ), else None."""
+    bound = float(outcome[CANARY_BOUND])
+    if bound != bound:  # NaN: no audit
+        return None
+    counts = [outcome.get(k) for k in CANARY_COUNTS]
+    if any(c is None or c != c for c in counts):
+        if bound <= epsilon + 1e-9:
+            return None
+        return (
+            f"the canary audit's ε lower bound {bound:.4g} exceeds the accounted ε "
+            f"{epsilon:.4g}: the release reveals more than its ledger allows"
+        )
+    try:
+        p = refutation_p_value(*(int(c) for c in counts), epsilon, delta)
+    except ValueError as error:
+        return f"the canary audit's counts are not an audit's outcome ({error})"
+    if p >= GATE_BETA:
         return None
     return (
-        f"the canary audit's ε lower bound {worst:.4g} exceeds the accounted ε "
-        f"{float(claimed):.4g}: the release reveals more than its ledger allows"
+        f"the canary audit refutes the accounted ε {epsilon:.4g} at p = {p:.2g} < "
+        f"{GATE_BETA:g} (its 95 % ε lower bound is {bound:.4g}): the release reveals more "
+        "than its ledger allows"
     )
 
 

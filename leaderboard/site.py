@@ -281,7 +281,7 @@ def _audit_table(split: str, rows: Sequence[Row]) -> str:
             + _eps_cell(row.epsilon_budget)
             + _eps_cell(row.epsilon)
             + "".join(_summary_cell(_audit_of(row, c), 3) for c in AUDIT_COLUMNS)
-            + ("<td class='flag'>audit ε above the ledger's</td>" if flagged else "<td></td>")
+            + ("<td class='flag'>audit refutes the ledger's ε</td>" if flagged else "<td></td>")
             + _num(floats, "" if floats is None else f"{floats:,.0f}")
             + _num(row.entry["wall_seconds"] / seeds, f"{row.entry['wall_seconds'] / seeds:,.0f}")
             + "</tr>"

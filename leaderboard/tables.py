@@ -332,7 +332,7 @@ def render_text(table: Table, bold: tuple[str, str] = ("\033[1m", "\033[0m")) ->
             if (method, eps) in table.gap and table.roles[method] != "bound":
                 text += f" gap {format_share(table.gap[method, eps])}"
             if (method, eps) in table.flagged:
-                text += " [audit ε above the ledger's]"
+                text += " [audit refutes the ledger's ε]"
             if (method, eps) in table.few_seeds:
                 text += f" [unranked: < {MIN_RANKED_SEEDS} seeds]"
             if table.best.get(eps) == method:

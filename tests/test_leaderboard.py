@@ -424,12 +424,12 @@ def test_an_entry_whose_canary_audit_refutes_its_epsilon_is_flagged(tmp_path):
     entry = build_entry(records, "lb-0123456789")
     assert "canary.epsilon_lower_bound" in entry["audit"] and audit_exceeds_epsilon(entry)
     row = Row("lb-0123456789", "toy", entry["method"]["name"], 1.0, 1.0, "formal", "p", entry)
-    assert "flagged" in _audit_table("toy", [row]) and "above the ledger" in _audit_table(
+    assert "flagged" in _audit_table("toy", [row]) and "refutes the ledger" in _audit_table(
         "toy", [row]
     )
     table = build_table([row], "toy", METRIC)
     assert table.flagged == {(row.method, 1.0)} and table.best == {}  # shown, never ranked
-    assert "[audit ε above the ledger's]" in render_text(table, ("", ""))
+    assert "[audit refutes the ledger's ε]" in render_text(table, ("", ""))
     records[1]["metrics"]["canary.epsilon_lower_bound"] = 0.9
     honest = build_entry(records, "lb-0123456789")
     assert not audit_exceeds_epsilon(honest)

@@ -65,27 +65,47 @@ def test_the_published_store_verifies_and_entries_bind_their_records(store):
         assert len(json.loads(path.read_text())["run_digests"]) == 2
 
 
-def refuted(method="dp_fedavg", bound=2.5):
+def refuted(method="dp_fedavg", bound=2.5, counts=None):
     """A run record whose canary audit refutes its ε, as a release that leaked its
-    canaries scores it."""
+    canaries scores it: ``counts`` (m, r, v) its outcome, if recorded."""
     leaked = record(method, 1.0)
     leaked["privacy"]["epsilon"] = 0.9
+    leaked["privacy"]["delta"] = 1e-5
     leaked["metrics"]["canary.epsilon_lower_bound"] = bound
+    for name, count in zip(("canaries", "guesses", "correct"), counts or (), strict=False):
+        leaked["metrics"][f"canary.{name}"] = float(count)
     return leaked
 
 
-def test_a_refuted_record_or_entry_is_never_signed(key):
-    leaked = refuted()
-    assert "exceeds the accounted ε 0.9" in canary_refutation(leaked)
+@pytest.mark.parametrize("counts", [None, (100, 50, 50)], ids=["bound", "outcome"])
+def test_a_refuted_record_or_entry_is_never_signed(key, counts):
+    leaked = refuted(counts=counts)
+    assert "the accounted ε 0.9" in canary_refutation(leaked)
     with pytest.raises(PublicationRefused, match="canary audit"):
         sign_entry(leaked, key)
     with pytest.raises(PublicationRefused, match="canary audit"):
         sign_entry(build_entry([leaked], VERSION), key)
-    within = refuted(bound=0.9)  # a bound at the accounted ε refutes nothing
+    within = refuted(bound=0.9, counts=counts and (100, 50, 36))  # what ε = 0.9 gives
     assert canary_refutation(within) is None and sign_entry(within, key)["signature"]
-    control = refuted(bound=9.0)
+    control = refuted(bound=9.0, counts=counts)
     control["privacy"]["epsilon"] = "inf"  # ε = ∞ claims nothing to refute
     assert canary_refutation(control) is None
+
+
+def test_an_honest_audits_chance_bound_does_not_refuse_it(key):
+    """A truly DP run's 95 % bound exceeds its ε in up to 5 % of runs: 65 of 100 guesses
+    right at ε = 0 happens by chance (p = 0.002 before the correction for the audit's
+    tests), so its 95 % bound is above 0 but the gate (level 0.01 after the correction)
+    publishes it; 80 of 100 refutes ε = 0."""
+    from benchmark.privacy.audit import BETA, default_guess_grid, epsilon_lower_bound
+
+    m, level = 100, BETA / (2 * len(default_guess_grid(100)))
+    lucky = refuted(bound=epsilon_lower_bound(m, 100, 65, 1e-5, level), counts=(m, 100, 65))
+    lucky["privacy"]["epsilon"] = 0.0
+    assert lucky["metrics"]["canary.epsilon_lower_bound"] > 0.0
+    assert canary_refutation(lucky) is None and sign_entry(lucky, key)["signature"]
+    lucky["metrics"]["canary.correct"] = 80.0
+    assert "at p = " in canary_refutation(lucky)
 
 
 def test_a_forged_signature_on_a_refuted_entry_is_refused(store, key):

@@ -128,6 +128,16 @@ def epsilon_lower_bound(m: int, r: int, v: int, delta: float, beta: float = BETA
     return lo
 
 
+def refutation_p_value(m: int, r: int, v: int, epsilon: float, delta: float) -> float:
+    """p-value of "the run is (ε, δ)-DP" given the recorded outcome (m, r, v) of an audit,
+    corrected for every test that outcome could have been picked from: the splits of
+    :func:`default_guess_grid` in each of at most two score kinds (loss or margin, and
+    copy). So a threshold on it bounds how often a truly (ε, δ)-DP run is refuted, whichever
+    split and score kind the audit reported."""
+    tests = 2 * len(default_guess_grid(m))
+    return min(1.0, tests * p_value(m, r, v, epsilon, delta))
+
+
 def default_guess_grid(m: int) -> list[tuple[int, int]]:
     """Candidate ``(k+, k-)`` splits, a function of m only so it is fixed before scoring.
 
