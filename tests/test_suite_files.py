@@ -95,3 +95,8 @@ def test_the_bench_bound_trains_with_the_evaluators_recipe():
 def test_paper001s_delta_is_one_over_n_ln_n_at_its_train_clients():
     n = 28  # 100 clients dealt, 5 % validation, 67 % test
     assert SUITES["paper001"].delta == 1 / (n * math.log(n))
+
+
+def test_paper002_runs_on_the_benchs_split():
+    bench, paper002 = SUITES["bench"], SUITES["paper002"]
+    assert (paper002.source, paper002.split_options) == (bench.source, bench.split_options)
