@@ -204,15 +204,22 @@ def instrument(profile: str) -> dict[str, str]:
 
 
 def ensure_split(suite: Suite, splits_root: Path) -> Path:
-    """Build the suite's split once (deterministic: same options, same hash)."""
+    """Build the suite's split once (deterministic: same options, same hash), and again when
+    the suite's split options changed since (a new version of the suite file): a split built
+    under other options is never reused."""
     from benchmark.registry import DATASETS
-    from benchmark.split_storage import is_complete
+    from benchmark.split_storage import MANIFEST, is_complete
     from datasets_builders.pipeline import build_split, options_for
 
     out = splits_root / f"{suite.source}-{suite.name}"
-    if not is_complete(out):
-        source = DATASETS.get(suite.source)()
-        build_split(source, options_for(source, suite.split_options), out)
+    source = DATASETS.get(suite.source)()
+    options = options_for(source, suite.split_options)
+    if is_complete(out):
+        built = json.loads((out / MANIFEST).read_text())["build"]
+        built.pop("tokenizer_sha256", None)
+        if built == _as_json(options.defining()):
+            return out
+    build_split(source, options, out, overwrite=is_complete(out))
     return out
 
 
@@ -382,3 +389,8 @@ def run_suite(
         update_index(results_root, store.key, store.keys, written, removed)
     check_refusals(store)
     return entries
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` as it reads back from a JSON file (tuples become lists)."""
+    return json.loads(json.dumps(value))

@@ -116,3 +116,19 @@ def test_the_store_keeps_each_runs_record_and_a_grid_resumes_from_it(tmp_path):
     assert any(reason.startswith("run record") for reason in problems)
     with pytest.raises(EntryError, match="does not verify"):
         run_suite(suite, methods=["public_only"], runs_root=tmp_path / "r4", **roots)
+
+
+def test_a_split_built_under_other_options_is_rebuilt_not_reused(tmp_path):
+    """A suite file's new version may change its split options (quick v2: one span per
+    chapter); a split the old version built under the same name must not be reused."""
+    from benchmark.split_storage import load_split
+    from leaderboard.suites import ensure_split
+
+    old = dataclasses.replace(SUITES["tiny"], split_options={"max_records": 300, "cap": 2})
+    new = dataclasses.replace(old, split_options={"max_records": 300, "cap": 1})
+    path = ensure_split(old, tmp_path)
+    first = load_split(path).content_hash
+    assert ensure_split(old, tmp_path) == path and load_split(path).content_hash == first
+    rebuilt = load_split(ensure_split(new, tmp_path))
+    assert rebuilt.content_hash != first
+    assert max(len(v) for v in rebuilt.by_client("train").values()) == 1

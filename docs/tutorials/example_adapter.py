@@ -1,7 +1,7 @@
 """A worked method adapter, as a researcher submits it: ``fedsynth submit example_adapter.py``.
 
 The tutorial docs/tutorials/write-an-adapter.md walks through it; tests/test_submit.py and
-tests/test_quickstart.py submit this very file on the tiny suite, so it cannot rot.
+tests/test_suite_tiny.py submit this very file on the tiny suite, so it cannot rot.
 
 The method, DP public-data selection: every client votes, with one L2-normalised vote, for
 the public text nearest to its own texts; the harness clips, sums and noises the votes; the
