@@ -645,6 +645,16 @@ def default_cache_dir(source: Source) -> Path:
     return cache_dir() / "sources" / source.name
 
 
+def built_with(out_dir: str | Path, options: SplitOptions) -> bool:
+    """Whether ``out_dir`` holds a finished split built under ``options``: its manifest's
+    build section is ``options.defining()`` plus the tokenizer's fingerprint."""
+    if not split_storage.is_complete(out_dir):
+        return False
+    built = dict(split_storage.read_manifest(out_dir)["build"])
+    built.pop("tokenizer_sha256", None)
+    return split_hash.canonical(built) == split_hash.canonical(options.defining())
+
+
 def build_split(
     source: Source,
     options: SplitOptions,

@@ -208,18 +208,14 @@ def ensure_split(suite: Suite, splits_root: Path) -> Path:
     the suite's split options changed since (a new version of the suite file): a split built
     under other options is never reused."""
     from benchmark.registry import DATASETS
-    from benchmark.split_storage import MANIFEST, is_complete
-    from datasets_builders.pipeline import build_split, options_for
+    from benchmark.split_storage import is_complete
+    from datasets_builders.pipeline import build_split, built_with, options_for
 
     out = splits_root / f"{suite.source}-{suite.name}"
     source = DATASETS.get(suite.source)()
     options = options_for(source, suite.split_options)
-    if is_complete(out):
-        built = json.loads((out / MANIFEST).read_text())["build"]
-        built.pop("tokenizer_sha256", None)
-        if built == _as_json(options.defining()):
-            return out
-    build_split(source, options, out, overwrite=is_complete(out))
+    if not built_with(out, options):
+        build_split(source, options, out, overwrite=is_complete(out))
     return out
 
 
@@ -389,8 +385,3 @@ def run_suite(
         update_index(results_root, store.key, store.keys, written, removed)
     check_refusals(store)
     return entries
-
-
-def _as_json(value: Any) -> Any:
-    """``value`` as it reads back from a JSON file (tuples become lists)."""
-    return json.loads(json.dumps(value))
