@@ -199,6 +199,7 @@ class FederatedLM(Method):
         load_flat(model, state["params"])
         lm = self.ondevice(ctx)
         score = evaluate_lm(model, lm.tokenizer, validation, self.config["max_length"])[SELECT_ON]
+        ctx.diagnostics.write(f"validation_{SELECT_ON}", score, round_index)  # the learning curve
         best = state["best"]
         if best is None or is_better(score, best["score"], SELECT_ON):
             state["best"] = {"round": round_index, "score": score, "params": state["params"]}

@@ -38,6 +38,12 @@ def test_ledger_matches_the_accountant_and_the_budget_full_participation(tmp_pat
     assert artifact.kind == "model"
     assert state["best"] is not None and 0 <= state["best"]["round"] < 3
     assert torch.equal(load_params(artifact.model_dir), state["best"]["params"])
+    # the per-round validation curve is in the run's diagnostics, the release its best round
+    curve = {
+        d["round"]: d["value"] for d in ctx.diagnostics.read() if d["name"] == "validation_top1"
+    }
+    assert sorted(curve) == [0, 1, 2]
+    assert curve[state["best"]["round"]] == max(curve.values()) == state["best"]["score"]
 
 
 def test_poisson_participation_is_accounted_with_its_rate(tmp_path):
