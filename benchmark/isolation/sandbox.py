@@ -445,24 +445,34 @@ def readable_except(
     one is replaced by its entries (those on the way down, recursively) and may be listed
     (``importlib.metadata`` and the import system list ``site-packages``; a listing shows
     names, not contents); a path beneath a denied one is dropped."""
-    denied = tuple(Path(os.path.realpath(d)) for d in denied)
+    kept, listed = _readable_except(paths, tuple(os.path.realpath(d) for d in denied))
+    return tuple(dict.fromkeys(kept)), tuple(dict.fromkeys(listed))
+
+
+def _beneath(path: str, root: str) -> bool:
+    """Whether the real path ``path`` is ``root`` or lies below it (string prefixes: a
+    policy walks thousands of entries, and pathlib's ``parents`` made that seconds)."""
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _readable_except(paths: tuple[Path, ...], denied: tuple[str, ...]) -> tuple[list, list]:
     kept: list[Path] = []
     listed: list[Path] = []
     for path in paths:
-        real = Path(os.path.realpath(path))
-        if any(real == d or d in real.parents for d in denied):
+        real = os.path.realpath(path)
+        if any(_beneath(real, d) for d in denied):
             continue
-        if any(real in d.parents for d in denied):
+        if any(_beneath(d, real) for d in denied):  # holds a denied path: go down
             try:
-                entries = tuple(sorted(real.iterdir()))
+                entries = tuple(sorted(Path(real).iterdir()))
             except OSError:
                 continue
-            below, below_listed = readable_except(entries, denied)
+            below, below_listed = _readable_except(entries, denied)
             kept += below
             listed += [path, *below_listed]
         else:
             kept.append(path)
-    return tuple(dict.fromkeys(kept)), tuple(dict.fromkeys(listed))
+    return kept, listed
 
 
 def import_top_level_packages() -> None:
