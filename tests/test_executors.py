@@ -1,5 +1,6 @@
-"""A suite's grid on the Ray executor (a local head started here, 2 CPUs) gives the records
-the local executor gives, run for run, when the noise comes from the spec."""
+"""A suite's grid on the Ray executor (a local head started here, 2 CPUs), or with its clients
+on Ray actors, gives the records the local executor gives with one client worker, run for
+run, when the noise comes from the spec."""
 
 import dataclasses
 
@@ -35,22 +36,39 @@ def entries(suite, root, name, **options):
     return {e["method"]["name"]: e for e in got}
 
 
-def test_ray_and_local_executors_give_identical_records(local_head, tmp_path):
-    """Two seeds of a method that releases through the pool: two Ray tasks at once."""
-    suite = dataclasses.replace(
-        SUITES["tiny"],
-        methods=("dp_fedavg",),
-        seeds=(0, 1),
-        metrics=({"name": "next_token", "settings": {}},),
-        method_privacy={"dp_fedavg": SPEC_NOISE},
-    )
+# A method whose clients are called one by one (dp_fedavg's model deltas) and one whose
+# clients are called in batches (popri's scores), both releasing through the pool.
+METHODS = ("dp_fedavg", "popri")
+SUITE = dataclasses.replace(
+    SUITES["tiny"],
+    methods=METHODS,
+    seeds=(0,),
+    metrics=({"name": "next_token", "settings": {}},),
+    method_privacy={m: SPEC_NOISE for m in METHODS},
+)
 
-    local = entries(suite, tmp_path, "local", executor=LocalExecutor())["dp_fedavg"]
-    remote = entries(suite, tmp_path, "ray", executor=RayExecutor())["dp_fedavg"]
-    assert local["runs"] == remote["runs"] and local["spec"]["seeds"] == [0, 1]
-    assert local["metrics"] == remote["metrics"]
-    assert local["privacy"]["ledgers"] == remote["privacy"]["ledgers"]
-    assert all(local["privacy"]["ledgers"])  # each seed did release through the pool
+
+@pytest.fixture(scope="module")
+def one_local_worker(tmp_path_factory):
+    """The records of the local executor with one client worker: what every other way of
+    running the suite must reproduce. Run once for the module."""
+    root = tmp_path_factory.mktemp("executors")
+    return root, entries(SUITE, root, "local", executor=LocalExecutor())
+
+
+def assert_same_records(got, expected):
+    for method in METHODS:
+        a, b = expected[method], got[method]
+        assert a["runs"] == b["runs"]
+        assert a["metrics"] == b["metrics"]
+        assert a["privacy"]["ledgers"] == b["privacy"]["ledgers"]
+        assert all(a["privacy"]["ledgers"])  # each run did release through the pool
+
+
+def test_ray_and_local_executors_give_identical_records(local_head, one_local_worker):
+    """The two runs as two Ray tasks at once."""
+    root, local = one_local_worker
+    assert_same_records(entries(SUITE, root, "ray", executor=RayExecutor()), local)
 
 
 def test_an_unknown_executor_or_a_stray_address_is_refused():
@@ -62,33 +80,20 @@ def test_an_unknown_executor_or_a_stray_address_is_refused():
 
 
 def test_clients_on_ray_actors_give_the_records_of_one_local_worker(
-    local_head, tmp_path, monkeypatch
+    local_head, one_local_worker, monkeypatch
 ):
     """Client shards on two Ray actors (each a sandboxed client worker of its range):
-    per-client calls (dp_fedavg's model deltas) and batched ones (popri's scores) come back
-    in the pool's order, so with the noise from the spec the records are the same."""
-    methods = ("dp_fedavg", "popri")
-    suite = dataclasses.replace(
-        SUITES["tiny"],
-        methods=methods,
-        metrics=({"name": "next_token", "settings": {}},),
-        method_privacy={m: SPEC_NOISE for m in methods},
-    )
-
+    per-client calls and batched ones come back in the pool's order, so with the noise from
+    the spec the records are the same."""
     from benchmark.isolation.client_shards import ShardedClients
 
+    root, local = one_local_worker
     calls = []
     rows = ShardedClients.rows
     monkeypatch.setattr(ShardedClients, "rows", lambda self, *a: calls.append(a) or rows(self, *a))
-    one = entries(suite, tmp_path, "one")
-    assert not calls
-    sharded = entries(suite, tmp_path, "sharded", client_actors=2)
+    sharded = entries(SUITE, root, "sharded", client_actors=2)
     assert {batched for *_, batched in calls} == {True, False}
-    for method in methods:
-        a, b = one[method], sharded[method]
-        assert a["runs"] == b["runs"]
-        assert a["metrics"] == b["metrics"]
-        assert a["privacy"]["ledgers"] == b["privacy"]["ledgers"] != [[]]
+    assert_same_records(sharded, local)
 
 
 def test_the_local_executor_comes_back_to_runs_other_workers_hold():
