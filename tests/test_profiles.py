@@ -15,7 +15,7 @@ import torch
 from benchmark.profiles import ModelUnavailableError, cache_dir, get_profile
 from benchmark.profiles.base import SamplingParams
 from benchmark.profiles.fillers import CausalSpanFiller, MLMFiller, choose_mask
-from benchmark.profiles.hf_generator import sample_tokens
+from benchmark.profiles.hf_generator import NUCLEUS_CANDIDATES, nucleus, sample_tokens
 from benchmark.profiles.packaged import packaged_file
 from benchmark.profiles.tiny import TinyProfile
 from benchmark.profiles.tiny_corpus import TINY_CORPUS
@@ -238,6 +238,27 @@ def test_sample_tokens_bans_and_nucleus():
     assert not (sample_tokens(logits, 1.0, 1.0, banned=[0]) == 0).any()
     assert (sample_tokens(logits, 1.0, 1e-6, banned=[]) == 0).all()
     assert (sample_tokens(logits, 0.0, 1.0, banned=[0]) == 1).all()
+
+
+def test_the_nucleus_keeps_what_a_full_stable_sort_keeps():
+    """Peaked rows (ordered among their top candidates), flat rows (sorted whole) and rows
+    of bf16-rounded logits, whose ties straddle the nucleus's edge, in one batch: the kept
+    tokens and probabilities are those of a full sort that breaks ties by token id."""
+    torch.manual_seed(0)
+    vocab = 3 * NUCLEUS_CANDIDATES
+    scales = torch.tensor([8.0, 4.0, 0.01, 1.0, 0.0, 12.0, 3.0, 5.0])[:, None]  # 0.01, 0: flat
+    logits = torch.randn(len(scales), vocab) * scales
+    logits[-2:] = logits[-2:].bfloat16().float()  # as sampling under bf16 autocast gives
+    tied = torch.full((1, vocab), -30.0)  # 0.5, then 2,000 tokens of one probability
+    tied[0, 7], tied[0, 1000:3000] = 0.0, -7.6  # a nucleus that ends inside the tie
+    probs = torch.cat([logits, tied]).softmax(-1)
+    for top_p in (0.5, 0.6, 0.8, 0.9, 0.95, 0.999):
+        sorted_probs, order = probs.sort(dim=-1, descending=True, stable=True)
+        sorted_probs[sorted_probs.cumsum(-1) - sorted_probs >= top_p] = 0.0
+        expected = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+        assert torch.equal(nucleus(probs, top_p), expected)
+    sizes = (nucleus(probs, 0.9) > 0).sum(-1)
+    assert sizes[2] > NUCLEUS_CANDIDATES and sizes[0] < NUCLEUS_CANDIDATES  # both paths ran
 
 
 def test_sample_tokens_draws_each_token_with_its_probability():

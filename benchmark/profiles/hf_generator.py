@@ -9,11 +9,12 @@ Choices (the papers do not fix them):
   back in the caller's order; prompts that do not fit in the context are cut from the left.
 - An empty prompt becomes the BOS token so unconditional sampling works.
 - Decoding is this module's own loop over the model's KV cache, not transformers'
-  ``generate``: a token is drawn by inverting its row's CDF at one uniform
-  (:func:`sample_tokens`; ``torch.multinomial`` draws an exponential for every vocabulary
-  entry, a cost at SmolLM2's 49k vocabulary: ``docs/measurements/working-scale.md#generation``),
-  and a row that has
-  ended gets padding, as ``generate`` pads it. Same distribution, other draws.
+  ``generate``. The cache is preallocated for the whole generation and written in place
+  (:mod:`benchmark.profiles.kv_cache`): the same samples without a copy per step. A token
+  is drawn by inverting its row's CDF at one uniform (:func:`sample_tokens`;
+  ``torch.multinomial`` draws an exponential for every vocabulary entry, a cost at
+  SmolLM2's 49k vocabulary: ``docs/measurements/working-scale.md#generation``), and a row
+  that has ended gets padding, as ``generate`` pads it. Same distribution, other draws.
 - ``logprobs`` tokenises prompt and completion separately and concatenates them, so the
   scored tokens are exactly the completion's own tokens; no end-of-turn token is added.
 - ``fast_sampling``: sampling (never scoring or training; ``generate`` and the span filler,
@@ -41,6 +42,7 @@ import numpy as np
 import torch
 
 from benchmark.profiles.base import Generator, SamplingParams, context_length
+from benchmark.profiles.kv_cache import PreallocatedCache
 from benchmark.profiles.seeding import seeded
 from benchmark.progress import progress
 
@@ -82,14 +84,41 @@ def sample_tokens(
         return logits.argmax(-1)
     probs = (logits / temperature).softmax(-1)
     if top_p < 1.0:
-        sorted_probs, order = probs.sort(-1, descending=True)
-        drop = sorted_probs.cumsum(-1) - sorted_probs >= top_p
-        sorted_probs[drop] = 0.0
-        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+        probs = nucleus(probs, top_p)
     cdf = probs.double().cumsum(-1)
     uniform = 1.0 - torch.rand(len(cdf), 1, dtype=torch.float64, device=cdf.device)
     drawn = torch.searchsorted(cdf, uniform * cdf[:, -1:]).squeeze(-1)
     return drawn.clamp(max=probs.shape[-1] - 1)
+
+
+# A row whose most likely tokens up to this many hold its nucleus skips the full sort.
+NUCLEUS_CANDIDATES = 1024
+
+
+def nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """``probs`` with every token outside its row's nucleus set to 0: in descending order
+    of probability, ties by token id, a token is kept while the mass before it is below
+    ``top_p``. Sorting a 49k vocabulary for every row at every step was a third of a
+    batch's time, so a row is first ordered among its top :data:`NUCLEUS_CANDIDATES`
+    tokens; where those hold more than ``top_p`` (with a margin for rounding) and the last
+    kept token's ties all lie among them, that order is the full sort's. Other rows are
+    sorted whole."""
+    out = torch.empty_like(probs)
+    _, candidates = probs.topk(min(NUCLEUS_CANDIDATES, probs.shape[-1]), -1)
+    candidates = candidates.sort(-1).values  # by token id, so a stable sort breaks ties by id
+    top, order = probs.gather(-1, candidates).sort(dim=-1, descending=True, stable=True)
+    order = candidates.gather(-1, order)
+    before = top.cumsum(-1) - top
+    last_kept = torch.where(before < top_p, top, torch.inf).amin(-1)
+    inside = (top.sum(-1) >= top_p + 1e-5) & (top[:, -1] < last_kept)
+    for rows, (ordered, ids) in (
+        (inside, (top[inside], order[inside])),
+        (~inside, probs[~inside].sort(dim=-1, descending=True, stable=True)),
+    ):
+        if rows.any():
+            ordered[ordered.cumsum(-1) - ordered >= top_p] = 0.0
+            out[rows] = torch.zeros_like(probs[rows]).scatter(-1, ids, ordered)
+    return out
 
 
 def is_peft_model(model: Any) -> bool:
@@ -234,7 +263,11 @@ class HFGenerator(Generator):
         if self.output_ids is not None:
             head = self.model.get_output_embeddings().weight[self.output_ids]
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits, past = self._step(head, input_ids=ids, attention_mask=mask, position_ids=positions)
+        stored = torch.bfloat16 if self.precision == "bf16-autocast" else None
+        past = PreallocatedCache(self.model, ids.shape[1] + params.max_new_tokens, stored)
+        logits, past = self._step(
+            head, input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=past
+        )
         position = positions[:, -1:]
         ended = torch.zeros(len(ids), dtype=torch.bool, device=ids.device)
         steps: list[torch.Tensor] = []
