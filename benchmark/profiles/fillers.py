@@ -224,11 +224,11 @@ class CausalSpanFiller(MaskedFiller):
         columns = [int(c) for c in torch.nonzero(where.any(0)).flatten()]
         # feed prefix + text up to the first masked column, then the text between masked
         # columns; the last logits always predict the next masked column
-        past, fed = None, 0
+        past, fed = gen.new_cache(prefix_ids.shape[1] + width), 0
         for col in columns:
             chunk = text[:, fed:col]
             chunk_pos = lengths.unsqueeze(1) + torch.arange(fed, col, device=gen.device)
-            if past is None:
+            if col == columns[0]:
                 chunk = torch.cat([prefix_ids, chunk], 1)
                 chunk_pos = torch.cat([positions, chunk_pos], 1)
             attn = torch.cat([attn, torch.ones_like(text[:, fed:col])], 1)

@@ -241,6 +241,12 @@ class HFGenerator(Generator):
         ends = [ends] if isinstance(ends, int) else list(ends)
         return torch.tensor(ends, device=self.device)
 
+    def new_cache(self, capacity: int) -> PreallocatedCache:
+        """A KV cache for ``capacity`` positions of a sampling loop over :attr:`model`, in
+        the dtype its attention reads under :meth:`sampling_context`."""
+        stored = torch.bfloat16 if self.precision == "bf16-autocast" else None
+        return PreallocatedCache(self.model, capacity, stored)
+
     def _step(self, head: torch.Tensor | None, **inputs: Any) -> tuple[torch.Tensor, Any]:
         """The last position's logits and the KV cache after one forward: over the whole
         vocabulary, or over :attr:`output_ids` only (``head`` holds their rows)."""
@@ -263,8 +269,7 @@ class HFGenerator(Generator):
         if self.output_ids is not None:
             head = self.model.get_output_embeddings().weight[self.output_ids]
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        stored = torch.bfloat16 if self.precision == "bf16-autocast" else None
-        past = PreallocatedCache(self.model, ids.shape[1] + params.max_new_tokens, stored)
+        past = self.new_cache(ids.shape[1] + params.max_new_tokens)
         logits, past = self._step(
             head, input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=past
         )
