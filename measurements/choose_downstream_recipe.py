@@ -33,9 +33,8 @@ SELECT_ON = "top1"
 def oracle_histories(lr: float, epochs: int, seeds: list[int], root: Path) -> list[list[float]]:
     """Validation top-1 after each epoch of the oracle trained at ``lr``, one list per seed."""
     bench = get_suite("bench")
-    suite = dataclasses.replace(
+    suite = dataclasses.replace(  # the bench's name: every lr shares its one split build
         bench,
-        name=f"bench-recipe-lr{lr:g}",
         downstream={**bench.downstream, "lr": lr, "epochs": epochs},
         metrics=tuple(m for m in bench.metrics if m["name"] == "next_token"),
     )
