@@ -191,21 +191,23 @@ def violations(
             kw.get("dtype") == "bfloat16" and kw.get("enable_lora") and kw.get("enable_sleep_mode")
         ):
             found.append(f"[item 5] engine without bf16/LoRA/sleep mode: {kw}")
-        if ISOLATED and engine["where"] == "coordinator":
-            found.append(f"[item 3] the coordinator built a vLLM engine for {engine['model']}")
     # [item 5] a fine-tuned policy reaches vLLM as a LoRA adapter of the paper's rank
     if method in POLICY_TRAINERS:
         adapters = [e["lora"] for e in seen if e["event"] == "vllm_generate" and e["lora"]]
         if not adapters or {a["r"] for a in adapters} != {POLICY_TRAINERS[method]}:
             found.append(f"[item 5] the policy reached vLLM as {adapters}")
-    # [item 3] the engine sleeps while training, in every process that has one
+    # [item 3] the engine sleeps while training, in every process that has one, and an
+    # engine of the coordinator (public candidates) sleeps while the sandboxed children act
     state: dict[tuple[int, str], str] = {}  # by process (pid 1 in each child's namespace)
-    for e in seen:
+    for e in sorted(seen, key=lambda e: e["t"]):  # stable: each file is in order already
         process = (e["pid"], e["where"])
         if e["event"] in ("vllm_sleep", "vllm_wake", "vllm_llm"):
             state[process] = "asleep" if e["event"] == "vllm_sleep" else "awake"
         if e["event"] == "optimiser_step" and state.get(process) == "awake":
             found.append(f"[item 3] {e['optimiser']} stepped while the vLLM engine held the GPU")
+        held = [p for p, s in state.items() if s == "awake" and p[1] == "coordinator"]
+        if ISOLATED and e["where"] != "coordinator" and held:
+            found.append(f"[item 3] the coordinator's engine was awake at a child's {e['event']}")
     # [item 4] training updates fp32 master weights
     for e in seen:
         if e["event"] == "optimiser_step" and e["dtypes"] != ["torch.float32"]:

@@ -72,6 +72,12 @@ class Generator(ABC):
         """How many tokens (prompt + new tokens) one sample may hold."""
         return context_length(self.model)
 
+    def sleep(self) -> None:
+        """Release the accelerator memory sampling holds until the next :meth:`generate`
+        (vLLM's sleep mode), e.g. before another process needs the GPU. Default: a
+        generator that holds none has nothing to release."""
+        return None
+
     def adapted(self, model: Any) -> AbstractContextManager[None]:
         """Inside the block, :meth:`generate` samples from ``model``: :attr:`model` with a
         peft LoRA adapter injected (POPri's DPO policy, PE+SFT's SFT), or :attr:`model`

@@ -93,11 +93,17 @@ def build_requested(requests: Any, generator: Callable[[], Generator]) -> None:
     every field is checked to be plain data within bounds before anything is generated,
     and the cache is keyed by it as :func:`candidates` keys it, so the method can only
     choose which public generation is cached, never what its cache file holds. The
-    generator (a callable) is loaded only when something is requested."""
+    generator (a callable) is loaded only when something is requested, and sleeps after
+    (a vLLM engine here would hold the GPU memory the method process needs)."""
     if not isinstance(requests, list):
         raise ValueError("cache requests: expected a list")
-    for prompts, count, params, stop in [_parsed(r) for r in requests]:
-        candidates(generator(), prompts, count, params, stop)
+    parsed = [_parsed(r) for r in requests]
+    if not parsed:
+        return
+    writer = generator()
+    for prompts, count, params, stop in parsed:
+        candidates(writer, prompts, count, params, stop)
+    writer.sleep()
 
 
 def _parsed(request: Any) -> tuple[list[str], int, SamplingParams, list[str]]:

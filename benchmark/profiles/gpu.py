@@ -66,6 +66,10 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+# The roles the gpu profile fills with SmolLM2 sampled by vLLM (the writer, the answerer).
+ENGINE_ROLES = frozenset({"generator", "preference_generator"})
+
+
 class GpuProfile(CpuProfile):
     name = "paper"  # the family: method configs, recipes and the public start are the papers'
     spec_name = "gpu"
@@ -75,12 +79,13 @@ class GpuProfile(CpuProfile):
         require_cuda()
 
     def build_caches(self, roles: Iterable[str]) -> None:
-        """As the cpu profile, but the generator's role builds only the fp32 cache directory
-        vLLM reads: an engine in the coordinator would hold the GPU memory the run needs."""
+        """As the cpu profile, but the roles SmolLM2's vLLM engine fills build only the fp32
+        cache directory vLLM reads: an engine in the coordinator would hold the GPU memory
+        the run needs."""
         roles = tuple(roles)
-        if "generator" in roles:
+        if ENGINE_ROLES.intersection(roles):
             smollm2.load_smollm2()
-        super().build_caches(tuple(r for r in roles if r != "generator"))
+        super().build_caches(tuple(r for r in roles if r not in ENGINE_ROLES))
 
     def accelerator(self) -> str | None:
         return "cuda"  # __init__ refused a machine without one
@@ -126,6 +131,11 @@ class GpuProfile(CpuProfile):
         return SentenceTransformerEmbedder(model, EMBEDDER_LABEL)
 
     def _span_generator(self) -> HFGenerator:
+        return self._hf
+
+    def preference_policy(self) -> HFGenerator:
+        """Trained (SFT, DPO) and scored, never sampled in bulk: transformers only (as on
+        ``paper``), so the coordinator's DP fine-tuning builds no engine."""
         return self._hf
 
     def describe(self) -> dict[str, str]:
