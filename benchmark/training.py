@@ -58,7 +58,9 @@ SELECT_ON = "top1"  # next-token accuracy, the papers' reported metric
 PUBLIC_START_SEED = 0
 # Part of the cache key: files of the older format (a bare tensor, no key inside) are
 # never read, and code that expects them never finds files of this one.
-PUBLIC_START_FORMAT = "public-start/2"
+PUBLIC_START_FORMAT = "public-start/3"  # 3: keyed by the on-device LM's description only
+# The profile description's entries a public start depends on (public_start_key).
+START_INPUTS = ("ondevice_lm", "ondevice_tokenizer", "ondevice_corpus", "device")
 
 
 @dataclass(frozen=True)
@@ -123,10 +125,11 @@ def public_start(ctx: MethodContext, config: dict[str, Any]) -> Any:
     """The shared starting point: the profile's on-device LM fine-tuned on public texts.
 
     It reads public and validation data only, and is deterministic given its inputs, so it
-    is cached (flat parameters, keyed by the profile's model ids, the texts, the fine-tuning
-    settings and the seed) and the four adapters of a quickstart train it once. The cache
-    is shared by every run on the host, so the file is loaded as tensors only and carries
-    its key: a file made for other inputs, planted or corrupt is rebuilt, never used.
+    is cached (flat parameters, keyed by :func:`public_start_key`: the on-device LM, the
+    texts, the fine-tuning settings and the seed) and the four adapters of a quickstart
+    train it once. The cache is shared by every run on the host, so the file is loaded as
+    tensors only and carries its key: a file made for other inputs, planted or corrupt is
+    rebuilt, never used.
     """
     lm = ctx.profile.ondevice_lm()
     model = lm.new_model(PUBLIC_START_SEED)
@@ -134,20 +137,7 @@ def public_start(ctx: MethodContext, config: dict[str, Any]) -> Any:
     cfg = public_fine_tune(config)
     if cfg.epochs == 0 or not public:
         return model.eval()
-    key = hashlib.sha256(
-        json.dumps(
-            [
-                PUBLIC_START_FORMAT,
-                ctx.profile.describe(),
-                lm.name,
-                public,
-                validation,
-                asdict(cfg),
-                PUBLIC_START_SEED,
-            ],
-            sort_keys=True,
-        ).encode()
-    ).hexdigest()
+    key = public_start_key(ctx.profile.describe(), lm.name, public, validation, cfg)
     path = cache_dir() / "public_start" / f"{key[:24]}.pt"
     for candidate in (path, shipped_file(f"public_start/{path.name}")):
         if candidate is not None and _load_cached_start(candidate, key, model):
@@ -160,6 +150,19 @@ def public_start(ctx: MethodContext, config: dict[str, Any]) -> Any:
     except PermissionError:  # an isolated method process reads the cache, never writes it
         pass
     return model.eval()
+
+
+def public_start_key(
+    profile: dict[str, str], lm_name: str, public: list[str], validation: list[str], cfg: FineTune
+) -> str:
+    """What a public start is made from: the on-device LM as the profile describes it (its
+    shape and pretraining, tokenizer and corpus, and the device it trains on), never the
+    profile's other models, so every generator is scored from the same start."""
+    made_from = {k: v for k, v in profile.items() if k in START_INPUTS}
+    parts = [PUBLIC_START_FORMAT, made_from, lm_name, public, validation, asdict(cfg)]
+    return hashlib.sha256(
+        json.dumps([*parts, PUBLIC_START_SEED], sort_keys=True).encode()
+    ).hexdigest()
 
 
 def _load_cached_start(path: Path, key: str, model: Any) -> bool:

@@ -112,3 +112,18 @@ def test_nonprivate_is_refused_under_a_finite_budget(tmp_path):
     with pytest.raises(PrivacyError, match="only allowed in a non-private run"):
         release(method, ctx)
     assert ctx.pool.ledger.releases == []
+
+
+def test_the_public_start_is_keyed_by_the_on_device_lm_not_the_generator():
+    """Every generator (cpu and cpu-gemma) is scored from one start: the profile's other
+    models are not part of its key, the on-device LM and the device are."""
+    from benchmark.training import FineTune, public_start_key
+
+    cfg = FineTune(epochs=1, lr=1e-3, batch_size=4)
+    smol = {"profile": "cpu", "generator": "SmolLM2", "ondevice_lm": "gpt2 (4 layers)"}
+    key = public_start_key(smol, "lm", ["a public text"], ["a validation text"], cfg)
+    gemma = {**smol, "profile": "cpu-gemma", "generator": "Gemma 3 270M"}
+    assert public_start_key(gemma, "lm", ["a public text"], ["a validation text"], cfg) == key
+    for changed in ({"ondevice_lm": "gpt2 (6 layers)"}, {"device": "cuda"}):
+        other = {**smol, **changed}
+        assert public_start_key(other, "lm", ["a public text"], ["a validation text"], cfg) != key
