@@ -55,6 +55,29 @@ def _group_epsilons(ledger: PrivacyLedger, delta: float, accountant: str) -> dic
     return {"group_epsilons": {g: json_epsilon(e) for g, e in by_group.items()}}
 
 
+# The fields of ``models`` (a profile's ``describe()``) that name a model a run used: a
+# profile variant may change one under the same spec, so the same run key.
+MODEL_FIELDS = ("generator", "masked_filler", "embedder", "ondevice_lm", "public_llm")
+
+
+class StaleRecordError(RuntimeError):
+    """A kept record of this run key was made with other models than the profile has now."""
+
+
+def check_same_models(record: dict[str, Any], models: dict[str, Any], where: str) -> None:
+    """Refuse to reuse ``record`` (kept at ``where``) when a model it names differs from the
+    current profile's ``models``: the run key names the profile, not its models (issue 32:
+    ``cpu-gemma`` came to sample a restricted vocabulary under the same key)."""
+    kept = record.get("models", {})
+    for field in MODEL_FIELDS:
+        if field in kept and field in models and kept[field] != models[field]:
+            raise StaleRecordError(
+                f"{where} keeps run {record.get('run_key')} made with another {field} "
+                f"({kept[field]!r}; the profile now has {models[field]!r}): move it away, "
+                "or use another runs root or results store"
+            )
+
+
 def build_record(
     *,
     resolved: ResolvedSpec,

@@ -51,9 +51,10 @@ from benchmark.method import Method, MethodContext
 from benchmark.privacy.budget import Budget
 from benchmark.privacy.errors import PrivacyError, ReleaseRefused
 from benchmark.privacy.ledger import PrivacyLedger
+from benchmark.profiles.base import bind_public
 from benchmark.profiles.candidate_corpus import build_requested
 from benchmark.progress import progress
-from benchmark.records import build_record, write_record
+from benchmark.records import build_record, check_same_models, write_record
 from benchmark.registry import METHODS, path_under
 from benchmark.spec import ResolvedSpec, RunSpec, SpecError
 
@@ -317,19 +318,21 @@ def run(
         resolved, method_cls = resolve(spec, split)
         role = method_cls.role
     run_dir = path_under(runs_root, resolved.run_key, where="run key")
-    finished = _finished(run_dir, resolved.run_key)
+    if profile is None:
+        from benchmark.profiles import new_profile
+
+        profile = new_profile(spec.profile)
+    bind_public(profile, split.texts("public"))
+    models = profile.describe()
+    finished = _finished(run_dir, resolved.run_key, models)
     if finished is not None:  # finished before: the record is the result
         return finished
     with _held(run_dir, resolved.run_key), _quarantined_on_failure(run_dir):
         # Another process may have finished it between the check above and the lock.
-        finished = _finished(run_dir, resolved.run_key)
+        finished = _finished(run_dir, resolved.run_key, models)
         if finished is not None:
             return finished
         (run_dir / "spec.json").write_text(json.dumps(resolved.to_dict(), indent=1))
-        if profile is None:
-            from benchmark.profiles import new_profile
-
-            profile = new_profile(spec.profile)
 
         private = not math.isinf(spec.privacy.epsilon)
         ledger = PrivacyLedger(guard=budget_of(spec).check if private else None)
@@ -403,14 +406,19 @@ def finished_result(
 ) -> RunResult | None:
     """The result of ``spec`` if a run under ``runs_root`` finished it; runs nothing (the
     method is only described, in a sandboxed process, for its run key)."""
+    from benchmark.profiles import new_profile
+
     run_key = run_key_of(spec, split, plugin)
-    return _finished(path_under(runs_root, run_key, where="run key"), run_key)
+    models = new_profile(spec.profile).describe()
+    return _finished(path_under(runs_root, run_key, where="run key"), run_key, models)
 
 
-def _finished(run_dir: Path, run_key: str) -> RunResult | None:
+def _finished(run_dir: Path, run_key: str, models: dict[str, Any]) -> RunResult | None:
+    """The finished run in ``run_dir``, if any, when it used the profile's ``models``."""
     if not (run_dir / RESULT).exists():
         return None
     record = json.loads((run_dir / RESULT).read_text())
+    check_same_models(record, models, str(run_dir))
     return RunResult(run_key, run_dir, record, Artifact.load(run_dir / ARTIFACT))
 
 

@@ -70,12 +70,15 @@ def run_job(
     """Run (or resume, or with ``finished_only`` only look up) one spec on the isolated path.
     A run whose record the results store already keeps (``stored``, by run key) is not
     repeated: its record is the outcome."""
+    from benchmark.profiles import new_profile
+    from benchmark.records import check_same_models
     from benchmark.runner import finished_result, run, run_key_of
 
     split = cached_split(str(split_path))
     if stored:
         run_key = run_key_of(spec, split, plugin)
         if run_key in stored:
+            check_same_models(stored[run_key], new_profile(spec.profile).describe(), "the store")
             return run_key, stored[run_key]
     if finished_only:
         result = finished_result(spec, runs_root=runs_root, split=split, plugin=plugin)

@@ -174,12 +174,15 @@ def test_the_record_names_the_generator_that_ran():
 def test_only_the_generator_and_its_filler_change(monkeypatch):
     built = []
 
-    def fake_generator(packaged):
-        built.append(packaged.label)
+    def fake_generator(packaged, split_public=()):
+        built.append((packaged.label, tuple(split_public)))
         return type("Gen", (), {"label": packaged.label})()
 
     monkeypatch.setattr(cpu_profile, "_hf_generator", fake_generator)
     smol, gem = new_profile("cpu"), new_profile("cpu-gemma")
+    with pytest.raises(RuntimeError, match="bind them first"):
+        gem.generator()  # its vocabulary takes the split's public texts
+    gem.bind_public(["a public text"])
     assert smol.generator() is smol.preference_policy() is smol.preference_generator()
     assert smol.masked_filler().instruction == cpu_profile.FILL_INSTRUCTION
     assert smol.masked_filler().lead == ""
@@ -188,7 +191,11 @@ def test_only_the_generator_and_its_filler_change(monkeypatch):
     assert gem.masked_filler().lead == cpu_profile.BASE_FILL_LEAD
     assert gem.preference_policy().label == cpu_profile.GENERATOR_LABEL
     assert gem.preference_generator() is gem.preference_policy()
-    assert built == [cpu_profile.GENERATOR_LABEL, gemma.LABEL, cpu_profile.GENERATOR_LABEL]
+    assert built == [
+        (cpu_profile.GENERATOR_LABEL, ()),
+        (gemma.LABEL, ("a public text",)),
+        (cpu_profile.GENERATOR_LABEL, ()),
+    ]
 
 
 # --- the real model (slow) ---------------------------------------------------------------

@@ -9,6 +9,7 @@ import torch
 from doubles import StubProfile, make_split
 
 from benchmark.privacy.errors import BudgetExceededError
+from benchmark.records import StaleRecordError
 from benchmark.runner import RunInterrupted, run
 from benchmark.spec import SpecError, spec_from_dict
 
@@ -203,3 +204,19 @@ def test_a_refused_run_is_quarantined_and_its_rerun_starts_afresh(tmp_path):
     seeds = [(d / "pool_seed.secret").read_text() for d in (first, second)]
     assert seeds[0] != seeds[1]  # the re-run drew its own secret seed
     assert not (first / "checkpoint.pt").exists() and not list((first / "releases").glob("*"))
+
+
+class ProfileWithGenerator(StubProfile):
+    def __init__(self, generator):
+        self.generator_label = generator
+
+    def describe(self):
+        return {"profile": "stub", "generator": self.generator_label}
+
+
+def test_a_finished_run_is_reused_only_with_the_models_it_was_made_with(tmp_path):
+    first = run(spec(), runs_root=tmp_path, profile=ProfileWithGenerator("A"), split=make_split())
+    again = run(spec(), runs_root=tmp_path, profile=ProfileWithGenerator("A"), split=make_split())
+    assert again.record == first.record
+    with pytest.raises(StaleRecordError, match="another generator .'A'.*now has 'B'"):
+        run(spec(), runs_root=tmp_path, profile=ProfileWithGenerator("B"), split=make_split())

@@ -8,7 +8,7 @@ on a GPU.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -205,3 +205,12 @@ class ModelProfile(ABC):
         """The hub snapshots ``roles`` load, each with the roles it fills (``fedsynth models
         fetch`` downloads them). Default: none; only ``paper`` loads hub models."""
         return []
+
+
+def bind_public(profile: Any, texts: Sequence[str]) -> None:
+    """Give ``profile`` the split's public texts before any model is used, where a model
+    takes something from them (``cpu-gemma``'s output vocabulary: the profile's own
+    ``bind_public``); other profiles have nothing to bind."""
+    bind = getattr(profile, "bind_public", None)
+    if bind is not None:
+        bind(texts)

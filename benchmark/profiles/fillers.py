@@ -220,7 +220,7 @@ class CausalSpanFiller(MaskedFiller):
         for r, (w, m) in enumerate(zip(windows, masks, strict=True)):
             text[r, : len(w)] = torch.tensor(w)
             where[r, : len(w)] = torch.from_numpy(m)
-        banned = self._banned()
+        banned, head = self._banned(), gen.output_head()
         columns = [int(c) for c in torch.nonzero(where.any(0)).flatten()]
         # feed prefix + text up to the first masked column, then the text between masked
         # columns; the last logits always predict the next masked column
@@ -232,16 +232,11 @@ class CausalSpanFiller(MaskedFiller):
                 chunk = torch.cat([prefix_ids, chunk], 1)
                 chunk_pos = torch.cat([positions, chunk_pos], 1)
             attn = torch.cat([attn, torch.ones_like(text[:, fed:col])], 1)
-            out = gen.model(
-                input_ids=chunk,
-                attention_mask=attn,
-                position_ids=chunk_pos,
-                past_key_values=past,
-                use_cache=True,
-                logits_to_keep=1,  # only the next masked column is sampled
-            )
-            past = out.past_key_values
-            sampled = sample_tokens(out.logits[:, -1], self.temperature, self.top_p, banned)
+            # only the next masked column is sampled (among the generator's output ids)
+            sampled, past = gen.next_tokens(
+                head, self.temperature, self.top_p, banned,
+                input_ids=chunk, attention_mask=attn, position_ids=chunk_pos, past_key_values=past,
+            )  # fmt: skip
             text[:, col] = torch.where(where[:, col], sampled, text[:, col])
             fed = col
         return [text[r, : len(w)].tolist() for r, w in enumerate(windows)]

@@ -247,6 +247,32 @@ class HFGenerator(Generator):
         stored = torch.bfloat16 if self.precision == "bf16-autocast" else None
         return PreallocatedCache(self.model, capacity, stored)
 
+    def output_head(self) -> torch.Tensor | None:
+        """The LM head's rows of :attr:`output_ids` (``None``: the whole vocabulary), taken
+        once per sampling loop (fine-tuning changes the head between loops)."""
+        if self.output_ids is None:
+            return None
+        return self.model.get_output_embeddings().weight[self.output_ids]
+
+    def next_tokens(
+        self,
+        head: torch.Tensor | None,
+        temperature: float,
+        top_p: float,
+        banned: Sequence[int] = (),
+        **inputs: Any,
+    ) -> tuple[torch.Tensor, Any]:
+        """One forward over ``inputs`` (a KV-cached step) and a token id per row drawn from
+        its last position, among :attr:`output_ids` when set (``head``: :meth:`output_head`),
+        never one of ``banned``; and the cache."""
+        logits, past = self._step(head, **inputs)
+        if self.output_ids is None:
+            return sample_tokens(logits, temperature, top_p, banned), past
+        ids = self.output_ids
+        banned_ids = torch.tensor(list(banned), dtype=torch.long, device=ids.device)
+        rows = [int(r) for r in torch.nonzero(torch.isin(ids, banned_ids)).flatten()]
+        return self.output_ids[sample_tokens(logits, temperature, top_p, rows)], past
+
     def _step(self, head: torch.Tensor | None, **inputs: Any) -> tuple[torch.Tensor, Any]:
         """The last position's logits and the KV cache after one forward: over the whole
         vocabulary, or over :attr:`output_ids` only (``head`` holds their rows)."""
@@ -265,21 +291,19 @@ class HFGenerator(Generator):
         if params.max_new_tokens < 1:
             return ids.new_zeros((len(ids), 0))
         ends, pad = self._end_ids(), self.tokenizer.pad_token_id
-        head = None
-        if self.output_ids is not None:
-            head = self.model.get_output_embeddings().weight[self.output_ids]
+        head = self.output_head()
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         past = self.new_cache(ids.shape[1] + params.max_new_tokens)
-        logits, past = self._step(
-            head, input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=past
+        sample = functools.partial(
+            self.next_tokens, head, temperature=params.temperature, top_p=params.top_p
+        )
+        token, past = sample(
+            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=past
         )
         position = positions[:, -1:]
         ended = torch.zeros(len(ids), dtype=torch.bool, device=ids.device)
         steps: list[torch.Tensor] = []
         for step in range(params.max_new_tokens):
-            token = sample_tokens(logits, params.temperature, params.top_p)
-            if self.output_ids is not None:
-                token = self.output_ids[token]
             token = torch.where(ended, pad, token)
             steps.append(token)
             ended |= torch.isin(token, ends)
@@ -287,8 +311,8 @@ class HFGenerator(Generator):
                 break
             mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
             position = position + 1
-            logits, past = self._step(
-                head, input_ids=token[:, None], attention_mask=mask, position_ids=position,
+            token, past = sample(
+                input_ids=token[:, None], attention_mask=mask, position_ids=position,
                 past_key_values=past,
             )  # fmt: skip
         return torch.stack(steps, 1)

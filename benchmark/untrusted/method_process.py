@@ -215,7 +215,11 @@ def _serve(init: dict[str, Any], blobs: list[bytes], stream: Any) -> None:
         wire.send(stream, {"done": True, **info})
         return
     method = method_cls(init["config"])
+    from benchmark.data import TEXT
+    from benchmark.profiles.base import bind_public
     from benchmark.profiles.declared import DeclaredProfile
+
+    bind_public(profile, [record[TEXT] for record in json.loads(blobs[0])])
 
     ctx = _context(init, blobs, stream, DeclaredProfile(profile, method_cls.models, init["method"]))
     seed, state = init["seed"], None
