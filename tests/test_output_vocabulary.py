@@ -57,3 +57,26 @@ def test_cpu_gemma_samples_the_ids_of_public_text_and_its_records_say_so():
     described = CpuGemmaProfile().describe()["generator"]
     assert "popquotes==1.5" in described and "the split's public part" in described
     assert CpuProfile().describe()["generator"] == SMOLLM2.label
+
+
+def test_the_coordinator_builds_cpu_gemmas_caches_with_the_splits_public_texts(monkeypatch):
+    from doubles import make_split
+
+    import benchmark.isolation.coordinator as coordinator
+    import benchmark.profiles.cpu as cpu_profile
+    from benchmark.isolation.coordinator import IsolatedLaunch
+    from benchmark.spec import spec_from_dict
+
+    built = []
+    monkeypatch.setattr(cpu_profile, "_hf_generator", lambda w, texts=(): built.append(texts))
+    monkeypatch.setattr(coordinator, "_WARM_ROLES", set())
+    split = make_split()
+    split.parts["public"] = [{"text": "a public text", "client_id": "p0"}]
+    spec = spec_from_dict({
+        "split": {"path": "unused"}, "method": {"name": "generator_only"},
+        "privacy": {"epsilon": 0.0, "delta": 1e-5}, "profile": "cpu-gemma",
+    })  # fmt: skip
+    launch = IsolatedLaunch(spec, split, None, None)
+    launch.models = ("generator",)
+    launch._build_profile_caches()
+    assert built == [["a public text"]]

@@ -478,8 +478,11 @@ class IsolatedLaunch:
         cold = [r for r in self.models if (self.spec.profile, r) not in _WARM_ROLES]
         if self._by_name and cold:
             from benchmark.profiles import new_profile
+            from benchmark.profiles.base import bind_public
 
-            new_profile(self.spec.profile).build_caches(cold)
+            profile = new_profile(self.spec.profile)
+            bind_public(profile, self.split.texts("public"))  # as the method process will
+            profile.build_caches(cold)
             _WARM_ROLES.update((self.spec.profile, r) for r in cold)
 
     def client_worker(self, units: dict[str, list[dict[str, Any]]], run_dir: Path) -> Any:
