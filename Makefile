@@ -61,11 +61,12 @@ $(BROWSER):
 # One pytest worker per core (at most 4; pytest-xdist), each taking whole files so that a
 # module's fixtures are built once, the end-to-end files first; every worker has its own
 # caches (tests/conftest.py). The `alone` tests (a local Ray cluster, two tasks at once)
-# run afterwards, serially: beside another worker they took 3-5x as long (measured).
+# run afterwards, serially: beside another worker they took 3-5x as long (measured). The
+# 15 slowest tests are listed, for the suite's 15-minute target (README).
 test: $(TEST_STAMP) $(BROWSER)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -q -m "not slow and not alone" -n auto --maxprocesses=4 \
-		--dist loadfile --no-loadscope-reorder
+		--dist loadfile --no-loadscope-reorder --durations=15
 	$(VENV)/bin/python -m pytest -q -m "alone and not slow"
 
 lint: $(TEST_STAMP)

@@ -108,11 +108,15 @@ def version_definition(
     metric_specs: Sequence[dict],
     downstream: dict[str, Any] | None = None,
     instrument: dict[str, str] | None = None,
+    variant: str | None = None,
 ) -> dict[str, Any]:
     """What fixes a leaderboard version: its split versions and metric definitions (the
     metrics, their settings, the downstream protocol they share, the code's definitions)
     and the instrument they measure with (the profile's on-device LM, its tokenizer and
-    the embedder: a new downstream model makes numbers incomparable)."""
+    the embedder: a new downstream model makes numbers incomparable). A profile
+    ``variant`` (``cpu-gemma``: the family's instrument, another generator) gets versions
+    of its own: a table shows one row per method, so a method's entries under two
+    generators must not share one."""
     definition = {
         "splits": sorted(split_hashes),
         "metrics": sorted(json.dumps(m, sort_keys=True) for m in metric_specs),
@@ -121,6 +125,8 @@ def version_definition(
     }
     if instrument:
         definition["instrument"] = dict(sorted(instrument.items()))
+    if variant:
+        definition["profile_variant"] = variant
     return definition
 
 

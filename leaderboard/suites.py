@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from benchmark.data import FederatedSplit
 from benchmark.files import atomic_write
+from benchmark.profiles import FAMILIES
 from benchmark.spec import RunSpec, spec_from_dict
 from leaderboard.entries import (
     PublicationRefused,
@@ -255,6 +256,14 @@ class SuiteStore:
     refused: dict[str, str] = field(default_factory=dict)
 
 
+def suite_version(suite: Suite, split_hash: str) -> dict[str, Any]:
+    """The definition of the leaderboard version ``suite``'s entries on its split go to."""
+    variant = suite.profile if suite.profile in FAMILIES else None
+    return version_definition(
+        [split_hash], suite.metrics, suite.downstream, instrument(suite.profile), variant
+    )
+
+
 def open_store(suite: Suite, results_root: Path, splits_root: Path) -> SuiteStore:
     """Build the suite's split if needed, write its version and manifest into the store and
     read the store's kept records."""
@@ -263,10 +272,7 @@ def open_store(suite: Suite, results_root: Path, splits_root: Path) -> SuiteStor
     if suite.prepare is not None:
         suite.prepare(split_path)
     split: FederatedSplit = cached_split(str(split_path))
-    definition = version_definition(
-        [split.content_hash], suite.metrics, suite.downstream, instrument(suite.profile)
-    )
-    lb_version = write_version(results_root, definition)
+    lb_version = write_version(results_root, suite_version(suite, split.content_hash))
     write_manifest(results_root, lb_version, split.name, split.manifest)
     keys, _ = accepted_keys(results_root, trust_host=True)
     stored = signed_records(results_root, lb_version, split.name, keys)

@@ -116,8 +116,24 @@ def test_a_new_split_or_metric_definition_starts_a_new_version():
         version_of(version_definition(["abc"], [{"name": "toy"}], {"model_samples": 64})),
         # a new downstream model is a new instrument: its numbers are not comparable
         version_of(version_definition(["abc"], [{"name": "toy"}], {}, {"ondevice_lm": "b"})),
+        # a profile variant (another generator): a table shows one row per method
+        version_of(version_definition(["abc"], [{"name": "toy"}], {}, None, "cpu-gemma")),
     ]
-    assert len({base, *changed}) == 5
+    assert len({base, *changed}) == 6
+
+
+def test_the_bench_under_cpu_gemma_is_a_version_of_its_own_and_under_cpu_the_published_one():
+    import dataclasses
+
+    from leaderboard.catalog import get_suite
+    from leaderboard.suites import suite_version
+
+    bench = get_suite("bench")
+    split_hash = "c5e73d236ec001ddc7eb8739e6e6832b363be2aa1f51b89a6e1226c257fb28cb"
+    under_cpu = suite_version(dataclasses.replace(bench, profile="cpu"), split_hash)
+    assert version_of(under_cpu) == "lb-b5ee9626d0"  # bench v3's, committed under cpu
+    assert version_of(suite_version(bench, split_hash)) != "lb-b5ee9626d0"
+    assert suite_version(bench, split_hash) == {**under_cpu, "profile_variant": "cpu-gemma"}
 
 
 def test_newest_version_is_shown_and_old_versions_stay_browsable(store, tmp_path):
