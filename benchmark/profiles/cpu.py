@@ -100,7 +100,7 @@ def public_output_ids(tokenizer: Any, split_public: Sequence[str]) -> list[int]:
     """The token ids that the packaged public corpus and a split's public texts use under
     ``tokenizer``, sorted: a generator's output vocabulary when its LM head is most of its
     cost (Gemma's 262,144 rows; speed and what the restriction drops:
-    ``docs/measurements/working-scale.md#output-vocabulary``). Public data: choosing it
+    ``docs/measurements/working-scale.md``, "output vocabulary"). Public data: choosing it
     costs no privacy."""
     texts = [*public_corpus(), *split_public]
     return sorted({i for ids in tokenizer(texts)["input_ids"] for i in ids})
