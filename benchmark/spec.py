@@ -61,6 +61,14 @@ class PrivacySpec:
     unless ``allow_large_delta``: such a δ is met by a mechanism that publishes a randomly
     chosen unit's data outright. The option is recorded (in the resolved spec, hence the
     run key, record and entry) only when set, so the keys of ordinary specs do not change.
+
+    ``call_seconds`` closes the timing channel of the isolated path: client code chooses how
+    long a pool call takes, and the method process can time its calls. When set, the
+    method process is stopped while a call is served and gets each answer exactly that
+    many seconds after its request (a public schedule, fixed before any client runs); a
+    call whose work takes longer stops the run. Unset (the default), the channel is open
+    (docs/architecture.md, "What leaves client code"). Recorded, like
+    ``allow_large_delta``, only when set.
     """
 
     epsilon: float
@@ -70,6 +78,7 @@ class PrivacySpec:
     guarantee: str = "formal"
     noise_seed: str = "secret"
     allow_large_delta: bool = False
+    call_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +104,8 @@ class RunSpec:
         data["privacy"]["epsilon"] = _encode_epsilon(self.privacy.epsilon)
         if not self.privacy.allow_large_delta:
             del data["privacy"]["allow_large_delta"]
+        if self.privacy.call_seconds is None:
+            del data["privacy"]["call_seconds"]
         data["evaluation"]["metrics"] = list(self.evaluation.metrics)
         return data
 
@@ -174,9 +185,15 @@ def spec_from_dict(data: dict[str, Any]) -> RunSpec:
     privacy = _fields(
         "privacy",
         data["privacy"],
-        ("epsilon", "delta", "unit", "accountant", "guarantee", "noise_seed", "allow_large_delta"),
+        (
+            "epsilon", "delta", "unit", "accountant", "guarantee", "noise_seed",
+            "allow_large_delta", "call_seconds",
+        ),
         ("epsilon", "delta"),
-    )
+    )  # fmt: skip
+    call_seconds = privacy.get("call_seconds")
+    if call_seconds is not None:
+        call_seconds = _number("privacy.call_seconds", call_seconds, 1e-3, 86_400.0)
     guarantee = _choice("privacy.guarantee", privacy.get("guarantee", "formal"), GUARANTEES)
     noise_seed = _choice("privacy.noise_seed", privacy.get("noise_seed", "secret"), NOISE_SEEDS)
     if noise_seed == "spec" and guarantee == "formal":
@@ -210,6 +227,7 @@ def spec_from_dict(data: dict[str, Any]) -> RunSpec:
             allow_large_delta=_flag(
                 "privacy.allow_large_delta", privacy.get("allow_large_delta", False)
             ),
+            call_seconds=call_seconds,
         ),
         evaluation=EvalSpec(tuple(metrics), dict(downstream)),
         seed=seed,

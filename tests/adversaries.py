@@ -332,6 +332,49 @@ class SleepByLetter(Adversary):
         return state
 
 
+def sleep_for_w(client, payload):
+    """0.05 s per client for 'w', none for 'v' (half a second over ten clients)."""
+    import time
+
+    time.sleep(0.05 if first_letter(client) == "w" else 0.0)
+    return mean_length(client, payload)
+
+
+@register("adv_times_its_calls")
+class TimesItsCalls(Adversary):
+    """Times a pool call by the clock, and by a thread that counts while the call is served
+    (its rate against the rate before the call, which contention or a stop lowers), and
+    releases both: client code sleeps for one letter and not for the other. With ``warm``
+    it times a second call (the first also starts the client side, which is slower and
+    more variable)."""
+
+    configs = {"tiny": {"target": "", "warm": False}}
+    client_fn = staticmethod(sleep_for_w)
+
+    def round(self, ctx, state, r):
+        import threading
+        import time
+
+        if self.config["warm"]:
+            self.aggregate(ctx, 5.0)
+        count, stop = [0], threading.Event()
+
+        def spin():
+            while not stop.is_set():
+                count[0] += 1
+
+        thread = threading.Thread(target=spin)
+        thread.start()
+        time.sleep(0.2)
+        before, began = count[0], time.monotonic()
+        self.aggregate(ctx, 5.0)
+        elapsed, during = time.monotonic() - began, count[0] - before
+        stop.set()
+        thread.join()
+        state["found"] = [f"{elapsed:.1f}", f"{(during / elapsed) / (before / 0.2):.2f}"]
+        return state
+
+
 @register("adv_rewrite_reports")
 class RewriteReports(Adversary):
     client_fn = staticmethod(rewrite_reports)

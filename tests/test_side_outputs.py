@@ -158,6 +158,35 @@ def test_running_time_reaches_neither_the_costs_nor_the_methods_own_time(tmp_pat
     assert slow.record["wall_seconds"] < 4.5  # the clients alone slept 9 s
 
 
+def timed(runs, letter, call_seconds, warm=False):
+    """adv_times_its_calls on the split of ``letter``, on a schedule or none."""
+    data = spec("adv_times_its_calls").to_dict()
+    data["method"]["params"] = {"warm": warm}
+    data["privacy"] |= {} if call_seconds is None else {"call_seconds": call_seconds}
+    return run(
+        spec_from_dict(data), runs_root=runs, profile=StubProfile(), split=split_with(letter),
+        isolated=True,
+    ).artifact.texts  # fmt: skip
+
+
+def test_a_method_that_times_its_calls_learns_nothing_on_a_public_schedule(tmp_path):
+    """Without ``privacy.call_seconds`` the method's clock tells the letter (the channel
+    that stays open by default: client code slept 0.5 s more, and the independence check's
+    recomputation of it more again); with it, the answer comes at the schedule and the
+    method process makes no progress while client code runs. 8 s: a first call also starts
+    the client side (~3 s here)."""
+    open_v, open_w = (timed(tmp_path / "open" / x, x, None, warm=True) for x in "vw")
+    assert float(open_w[0]) - float(open_v[0]) >= 0.4
+    paced = [timed(tmp_path / "paced" / x, x, 8.0) for x in "vw"]
+    assert [elapsed for elapsed, _ in paced] == ["8.0", "8.0"]
+    assert all(float(rate) < 0.05 for _, rate in paced)  # stopped while served
+
+
+def test_client_work_past_the_schedule_stops_the_run(tmp_path):
+    with pytest.raises(PrivacyError, match=r"public schedule of 0.5 s per call"):
+        timed(tmp_path, "w", 0.5)
+
+
 def test_prints_of_client_code_go_to_the_private_log_only(tmp_path, capfd):
     result = go(tmp_path, "adv_prints", "v")
     shown = capfd.readouterr()

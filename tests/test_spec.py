@@ -41,6 +41,7 @@ def with_field(path, value):
         ("privacy.epsilon", -1, r"privacy.epsilon: -1.0 is outside"),
         ("seed", "x", r"seed: expected a non-negative integer"),
         ("privacy.budget", 1, r"privacy.budget: unknown field; allowed fields: \['epsilon'"),
+        ("privacy.call_seconds", 0, r"privacy.call_seconds: 0.0 is outside the allowed range"),
     ],
 )
 def test_invalid_specs_name_the_field(path, value, message):
@@ -77,3 +78,11 @@ def test_run_key_is_canonical_and_config_sensitive():
     assert a.run_key != c.run_key
     assert a.run_key.startswith("kjv@v-abc__dp_fedavg__eps1__user__seed7__tiny__")
     assert a.to_dict()["method"]["config"] == {"rounds": 3, "lr": 0.1}
+
+
+def test_a_call_schedule_is_recorded_only_when_set():
+    plain, paced = spec_from_dict(BASE), spec_from_dict(with_field("privacy.call_seconds", 8))
+    assert "call_seconds" not in plain.to_dict()["privacy"]  # ordinary keys do not change
+    assert paced.privacy.call_seconds == 8.0 and paced.to_dict()["privacy"]["call_seconds"] == 8.0
+    keys = [ResolvedSpec(s, {}, "kjv", "v-abc").run_key for s in (plain, paced)]
+    assert keys[0] != keys[1]

@@ -12,14 +12,16 @@ arguments and opaque job blobs; the coordinator unpickles nothing it receives.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +128,7 @@ class MethodProcess:
         tmp_dir: Path,
         clients: Any = None,
         bounds: RequestBounds | None = None,
+        call_seconds: float | None = None,
     ) -> None:
         ours, theirs = wire.stream_pair()
         self.proc = subprocess.Popen(
@@ -133,7 +136,9 @@ class MethodProcess:
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             env={**child_env(policy.gpu), **sandbox_environment(policy, tmp_dir)},
+            process_group=0,  # stopped and continued as a whole (call_seconds)
         )
+        self.call_seconds = call_seconds  # the public schedule of pool calls, if any
         theirs.close()
         self._sock = ours
         self._stream = ours.makefile("rwb")
@@ -165,9 +170,38 @@ class MethodProcess:
             if header.get("done"):
                 return header, blobs
             began = time.perf_counter()
-            answer = self._serve(header, blobs)
+            with self._on_schedule(began):
+                answer = self._serve(header, blobs)
             self.served_seconds += time.perf_counter() - began
             wire.send(self._stream, *answer)
+
+    @contextlib.contextmanager
+    def _on_schedule(self, began: float) -> Iterator[None]:
+        """Serve a pool call on the run's public schedule (``privacy.call_seconds``): the
+        method process stopped meanwhile (``SIGSTOP`` to its process group: no thread of it
+        can measure the client side's load), and its answer held until ``call_seconds``
+        after the request, so neither its clocks nor its progress tell how long client code
+        took. Work past the schedule stops the run: a late answer would tell."""
+        if self.call_seconds is None:
+            yield
+            return
+        self._signal(signal.SIGSTOP)
+        try:
+            yield
+            late = time.perf_counter() - began - self.call_seconds
+            if late > 0:
+                raise PrivacyError(
+                    f"a pool call's work took longer than the run's public schedule of "
+                    f"{self.call_seconds:g} s per call (privacy.call_seconds); the run stops "
+                    "(a late answer would tell the method how long client code ran)"
+                )
+            time.sleep(-late)
+        finally:
+            self._signal(signal.SIGCONT)
+
+    def _signal(self, number: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, number)
 
     def request(self, header: dict[str, Any], *blobs: bytes) -> wire.Message:
         wire.send(self._stream, header, *blobs)
@@ -536,8 +570,9 @@ class IsolatedLaunch:
         public = json.dumps(self.split.records("public")).encode()
         validation = json.dumps(self.split.records("validation")).encode()
         process = MethodProcess(
-            init, [public, validation, *blobs], pool, policy, tmp, clients=self._worker
-        )
+            init, [public, validation, *blobs], pool, policy, tmp, clients=self._worker,
+            call_seconds=self.spec.privacy.call_seconds,
+        )  # fmt: skip
         return RemoteMethod(process, work_dir)
 
     def close(self) -> None:
