@@ -27,7 +27,7 @@ def assembler():
 @pytest.fixture
 def fake_chunks(tmp_path, monkeypatch, assembler):
     """Four fake chunk packages holding CONTENT in four parts, in front of the real ones on
-    sys.path; the pinned and the assembler's sha256 are CONTENT's; an empty cache. Returns
+    sys.path; the pinned and the assembler's sha256 are CONTENT's; an empty cache. Yields
     the chunk files."""
     root = tmp_path / "site"
     cut = [0, 1000, 5000, 9000, len(CONTENT)]
@@ -45,7 +45,9 @@ def fake_chunks(tmp_path, monkeypatch, assembler):
     monkeypatch.setattr(gemma, "SHA256", digest)
     monkeypatch.setattr(assembler, "EXPECTED_SHA256", digest)
     monkeypatch.setenv("FEDSYNTH_CACHE", str(tmp_path / "cache"))
-    return files
+    yield files
+    for dist in gemma.CHUNKS:  # the fakes imported here: a later real load must not find them
+        sys.modules.pop(dist.replace("-", "_"), None)
 
 
 @pytest.fixture

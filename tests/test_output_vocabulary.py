@@ -4,6 +4,7 @@ ids, its span filler's fills come only from them, and records say so (its sample
 ``tests/test_gemma_generator.py``)."""
 
 import numpy as np
+import pytest
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
@@ -80,3 +81,15 @@ def test_the_coordinator_builds_cpu_gemmas_caches_with_the_splits_public_texts(m
     launch.models = ("generator",)
     launch._build_profile_caches()
     assert built == [["a public text"]]
+
+
+def test_a_built_cpu_gemma_generator_refuses_another_splits_public_texts(monkeypatch):
+    import benchmark.profiles.cpu as cpu_profile
+
+    monkeypatch.setattr(cpu_profile, "_hf_generator", lambda w, texts=(): object())
+    profile = CpuGemmaProfile()
+    profile.bind_public(["a"])
+    profile.generator()
+    profile.bind_public(["a"])  # the same split again: nothing changes
+    with pytest.raises(RuntimeError, match="another split's public ids"):
+        profile.bind_public(["b"])

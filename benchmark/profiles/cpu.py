@@ -147,8 +147,16 @@ class CpuProfile(ModelProfile):
     _split_public: list[str] | None = None  # bind_public's texts
 
     def bind_public(self, texts: Sequence[str]) -> None:
-        """The split's public texts: a writer with a public vocabulary samples their ids."""
-        self._split_public = list(texts)
+        """The split's public texts: a writer with a public vocabulary samples their ids
+        (once built, the generator keeps its vocabulary: other texts are refused)."""
+        texts = list(texts)
+        built = "_generator" in self.__dict__ and self.writer.public_vocabulary
+        if built and texts != self._split_public:
+            raise RuntimeError(
+                f"this {self.spec_name} profile's generator samples another split's public "
+                "ids: use a new profile for another split"
+            )
+        self._split_public = texts
 
     @cached_property
     def _generator(self) -> HFGenerator:
