@@ -28,6 +28,9 @@ NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,63}")
 PATH_PART_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9@.+_-]{0,254}")
 
 
+PLUGIN_PREFIX = "fedsynth_plugin_"  # the module name of a file loaded by load_plugin_file
+
+
 class RegistryError(LookupError):
     """A name is unknown, or its implementation failed to load."""
 
@@ -127,6 +130,15 @@ class Registry:
             return None
         return target
 
+    def is_reviewed(self, name: str) -> bool:
+        """Whether ``name``'s code is the operator's own: built in, or registered by code
+        this process imported itself (a test's). An entry point or a submitted file
+        (:func:`load_plugin_file`) is third-party code."""
+        target = self.registered_object(name)  # loads the entry points first
+        if name in self._builtin:
+            return True
+        return target is not None and not target.__module__.startswith(PLUGIN_PREFIX)
+
     def names(self) -> list[str]:
         self._load_entry_points()
         return sorted(self._targets)
@@ -157,7 +169,7 @@ def load_plugin_file(path: str | Path) -> str:
     path = Path(path).resolve()
     if not path.is_file():
         raise RegistryError(f"plugin file not found: {path}")
-    module_name = f"fedsynth_plugin_{path.stem}"
+    module_name = f"{PLUGIN_PREFIX}{path.stem}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -37,8 +37,39 @@ GATE_BETA = 0.01
 
 
 class PublicationRefused(ValueError):
-    """A record or entry the harness will not sign or publish (its canary audit refutes its
-    accounted ε)."""
+    """A record or entry the harness will not sign or publish (:func:`publication_refusal`)."""
+
+
+def publication_refusal(document: dict[str, Any]) -> str | None:
+    """Why ``document`` (a run record or an entry) is never signed, and ``leaderboard
+    verify`` refuses it, else None: its canary audit refutes its ε, or it ran a method that
+    is not built in off the public schedule (a tuning report names no method: its
+    candidates' records are checked one by one)."""
+    method = document.get("method")
+    if not isinstance(method, dict):
+        return canary_refutation(document)
+    privacy = document.get("spec", {}).get("privacy", {})
+    return canary_refutation(document) or schedule_refusal(
+        method["name"], privacy.get("call_seconds")
+    )
+
+
+def schedule_refusal(method: str, call_seconds: float | None) -> str | None:
+    """Why a run of ``method`` on the schedule ``call_seconds`` (``privacy.call_seconds``,
+    None when unset) may not be published, else None. Client code chooses how long a pool
+    call takes, and the method process can time its calls; only a public schedule closes
+    that channel, so a method whose code is not the operator's own (built in, or imported
+    by this process) is published only on one (docs/architecture.md, "What leaves client
+    code")."""
+    from benchmark.registry import METHODS
+
+    if call_seconds is not None or METHODS.is_reviewed(method):
+        return None
+    return (
+        f"{method} is third-party code and ran without privacy.call_seconds: its "
+        "client code could signal through how long its pool calls take, so it is published "
+        "only on a public schedule (fedsynth submit --call-seconds)"
+    )
 
 
 def canary_refutation(document: dict[str, Any]) -> str | None:

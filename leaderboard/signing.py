@@ -32,7 +32,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from leaderboard.entries import PublicationRefused, canary_refutation
+from leaderboard.entries import PublicationRefused, publication_refusal
 from leaderboard.schema import EntryError
 
 ALGORITHM = "ed25519"
@@ -209,10 +209,11 @@ def _signed_bytes(entry: dict[str, Any]) -> bytes:
 def sign_entry(entry: dict[str, Any], key: Ed25519PrivateKey) -> dict[str, Any]:
     """The entry with a signature over everything else in it (its integrity digest included).
 
-    Refuses (:class:`PublicationRefused`) a record or entry whose canary audit refutes its
-    accounted ε: every signature the harness makes goes through here, so none vouches for
-    a release that reveals more than its ledger allows."""
-    refuted = canary_refutation(entry)
+    Refuses (:class:`PublicationRefused`) a record or entry that
+    :func:`~leaderboard.entries.publication_refusal` refuses (a canary audit that refutes
+    its ε; an untrusted method off the public schedule): every signature the harness makes
+    goes through here, so none vouches for such a release."""
+    refuted = publication_refusal(entry)
     if refuted:
         raise PublicationRefused(f"{entry.get('run_key') or entry.get('entry_key')}: {refuted}")
     value = key.sign(_signed_bytes(entry)).hex()

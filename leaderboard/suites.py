@@ -25,9 +25,10 @@ from benchmark.spec import RunSpec, spec_from_dict
 from leaderboard.entries import (
     PublicationRefused,
     build_entry,
-    canary_refutation,
     content_digest,
     entry_key,
+    publication_refusal,
+    schedule_refusal,
     version_definition,
 )
 from leaderboard.executors import Executor, Job, LocalExecutor, cached_split, run_job
@@ -178,6 +179,15 @@ class Suite:
         )
 
 
+def on_schedule(suite: Suite, methods: Sequence[str], call_seconds: float) -> Suite:
+    """``suite`` with the pool calls of ``methods`` answered on the public schedule
+    ``call_seconds`` (``privacy.call_seconds``): how a method that is not built in runs."""
+    privacy = dict(suite.method_privacy)
+    for name in methods:
+        privacy[name] = {**privacy.get(name, {}), "call_seconds": call_seconds}
+    return replace(suite, method_privacy=privacy)
+
+
 def with_profile(suite: Suite, profile: str | None) -> Suite:
     """``suite`` on ``profile`` in place of its own (None: unchanged): the same split,
     budgets, seeds and metrics; the methods take that profile's configs, and the entries
@@ -303,7 +313,7 @@ def run_jobs(
             continue
         run_key, record = outcome
         if run_key not in store.stored:
-            refuted = canary_refutation(record)
+            refuted = publication_refusal(record)
             if refuted:
                 refuse(store, entry_key(run_key, job.spec.seed), f"{run_key}: {refuted}")
                 atomic_write(runs_root / run_key / REFUSED, json.dumps({"reason": refuted}))
@@ -361,6 +371,10 @@ def run_suite(
         Job(f"{row} ε={eps:g} seed={seed}", suite.spec(row, eps, seed, store.split_path), row)
         for row, eps, seed in suite.grid(methods)
     ]
+    for job in jobs:  # before hours of runs whose records could never be published
+        off_schedule = schedule_refusal(job.spec.method.name, job.spec.privacy.call_seconds)
+        if off_schedule:
+            raise PublicationRefused(off_schedule)
     grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
     variant_of: dict[str, str | None] = {}
     for job, run_key, record in run_jobs(

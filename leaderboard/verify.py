@@ -18,9 +18,9 @@ from benchmark.privacy.accountants import epsilon_from_ledger, group_epsilons
 from benchmark.privacy.ledger import UNCHARGED, PrivacyLedger
 from leaderboard.entries import (
     build_entry,
-    canary_refutation,
     content_digest,
     integrity_digest,
+    publication_refusal,
     version_of,
 )
 from leaderboard.schema import EntryError
@@ -101,7 +101,7 @@ def check_entry(entry: dict[str, Any], split_hashes: dict[str, str] | None = Non
         )
     if recomputed > budget + EPSILON_TOLERANCE:
         raise EntryError(f"epsilon {recomputed:.6f} exceeds the entry's budget {budget}")
-    refuted = canary_refutation(entry)
+    refuted = publication_refusal(entry)
     if refuted:
         raise EntryError(refuted)
     digests = entry.get("run_digests")
@@ -159,7 +159,7 @@ def verify_tree(
     for path in record_files(root):
         try:
             record = verified_body(json.loads(path.read_text()), keys)
-            refuted = canary_refutation(record)
+            refuted = publication_refusal(record)
             if refuted:
                 raise EntryError(refuted)
             records[record["run_key"]] = record

@@ -126,7 +126,10 @@ def test_the_docs_show_commands():
 @pytest.mark.parametrize(("page", "argv"), COMMANDS, ids=lambda x: " ".join(x)[:60])
 def test_every_shown_command_exists_with_its_options(page, argv):
     command, path, args = resolve(argv)
-    _, values, positional = option_values(command, args)
+    used, values, positional = option_values(command, args)
+    for option in command.params:  # a shown command runs as shown
+        if option.required and isinstance(option, click.Option):
+            assert set(option.opts) & used, f"{page}: {' '.join(argv)} lacks {option.opts[0]}"
     if path[:1] == ["suite"] or path in (["submit"], ["quickstart"]):
         suites = positional[:1] if path[:1] == ["suite"] else values.get("--suite", [])
         for name in suites:

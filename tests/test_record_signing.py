@@ -12,7 +12,16 @@ from click.testing import CliRunner
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from benchmark.cli.main import cli
-from leaderboard.entries import build_entry, integrity_digest, version_definition, version_of
+from benchmark.registry import METHODS, load_plugin_file
+from leaderboard import signing
+from leaderboard.entries import (
+    PublicationRefused,
+    build_entry,
+    integrity_digest,
+    publication_refusal,
+    version_definition,
+    version_of,
+)
 from leaderboard.signing import (
     KEY_ENV,
     SigningKeyError,
@@ -120,6 +129,7 @@ def test_an_entry_for_a_method_that_never_ran_is_rejected(store):
     _, real = entry_of(store, "dp_fedavg")
     fake = {k: v for k, v in real.items() if k != "signature"}
     fake["method"] = {**real["method"], "name": "never_ran"}
+    fake["spec"] = {**real["spec"], "privacy": {"call_seconds": 10.0}}  # on a schedule
     fake["entry_key"] = real["entry_key"].replace("dp_fedavg", "never_ran")
     fake["runs"] = [r.replace("dp_fedavg", "never_ran") for r in real["runs"]]
     fake["integrity"] = integrity_digest(fake)
@@ -237,3 +247,49 @@ def test_the_private_key_is_created_0600_and_never_inside_the_store(store, tmp_p
     with pytest.raises(SigningKeyError, match="inside"):
         host_key(store)
     assert not inside.exists()
+
+
+def renamed(entry: dict, method: str, **privacy) -> dict:
+    """``entry`` as if ``method`` had made it (unsigned), its spec's privacy with ``privacy``."""
+    old = entry["method"]["name"]
+    moved = {k: v for k, v in entry.items() if k != "signature"}
+    moved["method"] = {**entry["method"], "name": method}
+    moved["spec"] = {**entry["spec"], "privacy": privacy}
+    moved["entry_key"] = entry["entry_key"].replace(old, method)
+    moved["runs"] = [r.replace(old, method) for r in entry["runs"]]
+    moved["integrity"] = integrity_digest(moved)
+    return moved
+
+
+def test_third_party_code_off_the_public_schedule_is_neither_signed_nor_verified(
+    store, monkeypatch
+):
+    """Issue 33, timing: client code chooses how long a pool call takes, so a method that is
+    not the operator's own code (unknown here, as at a maintainer's verify) is published
+    only with privacy.call_seconds."""
+    _, real = entry_of(store, "dp_fedavg")
+    theirs = renamed(real, "their_method")
+    with pytest.raises(PublicationRefused, match="their_method is third-party code"):
+        sign_entry(theirs, host_key(store))
+    scheduled = renamed(real, "their_method", call_seconds=30.0)
+    assert publication_refusal(scheduled) is None and sign_entry(scheduled, host_key(store))
+
+    monkeypatch.setattr(signing, "publication_refusal", lambda document: None)  # no rule
+    path = write_entry(store, sign_entry(theirs, host_key(store)))
+    monkeypatch.undo()
+    key = host_key(store)
+    update_index(store, key, {key_id(key.public_key()): key.public_key()}, written=[path])
+    [(bad, reason)] = check(store)
+    assert bad == path and "ran without privacy.call_seconds" in reason
+
+
+def test_a_submitted_files_method_is_third_party_and_a_built_in_is_not(tmp_path):
+    adapter = tmp_path / "probe_adapter.py"
+    adapter.write_text(
+        "from benchmark.registry import METHODS\n"
+        "METHODS.register('schedule_probe')(type('Probe', (), {}))\n"
+    )
+    load_plugin_file(adapter)
+    assert not METHODS.is_reviewed("schedule_probe")  # a submitted file
+    assert not METHODS.is_reviewed("never_registered")  # e.g. at a maintainer's verify
+    assert METHODS.is_reviewed("dp_fedavg")  # built in

@@ -23,8 +23,12 @@ def test_submit_produces_shown_verifiable_entries(tmp_path):
         "--splits",
         str(tmp_path / "splits"),
     ]
+    unscheduled = CliRunner().invoke(cli, ["submit", ADAPTER, "--suite", "tiny", *args])
+    assert unscheduled.exit_code != 0 and "Missing option '--call-seconds'" in unscheduled.output
     result = CliRunner().invoke(
-        cli, ["submit", ADAPTER, "--suite", "tiny", "--bundle", str(bundle), *args]
+        cli,
+        ["submit", ADAPTER, "--suite", "tiny", "--call-seconds", "15", "--bundle", str(bundle)]
+        + args,
     )
     assert result.exit_code == 0, result.output
     assert "method example_public_selection: 1 entries" in result.output
@@ -52,6 +56,7 @@ def test_submit_produces_shown_verifiable_entries(tmp_path):
 
     tampered = store / entry_name
     entry = json.loads(tampered.read_text())
+    assert entry["spec"]["privacy"]["call_seconds"] == 15  # on the public schedule
     entry["privacy"]["delta"] = 0.5
     tampered.write_text(json.dumps(entry))
     rejected = CliRunner().invoke(cli, [*verify, "--trust-host"])

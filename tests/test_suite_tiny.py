@@ -166,6 +166,7 @@ def test_quickstart_prints_the_table_writes_the_site_and_ranks_a_submission(tiny
     )
 
     submitted = CliRunner().invoke(cli, ["submit", ADAPTER, "--suite", "tiny", *store[:6],
+                                         "--call-seconds", "15",
                                          "--bundle", str(tmp_path / "b.tar.gz")])  # fmt: skip
     assert submitted.exit_code == 0, submitted.output
     shown = CliRunner().invoke(cli, ["leaderboard", "show", *store[:2], "--json"])

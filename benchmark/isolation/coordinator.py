@@ -314,7 +314,7 @@ def method_source(name: str, plugin: Path | None = None) -> dict[str, Any]:
     a submitted ``plugin`` file (which it may read, alone of its directory); a built-in or
     an entry point by name; a method registered in this process (a test's, a ``--plugin``
     file's) by its module or file, whose directory it may then read."""
-    from benchmark.registry import METHODS
+    from benchmark.registry import METHODS, PLUGIN_PREFIX
 
     if plugin is not None:
         path = Path(plugin).resolve()
@@ -324,7 +324,7 @@ def method_source(name: str, plugin: Path | None = None) -> dict[str, Any]:
         return {"imports": [], "plugin": None, "code": []}
     module = sys.modules[target.__module__]
     path = Path(module.__file__ or "").resolve()
-    if target.__module__.startswith("fedsynth_plugin_"):
+    if target.__module__.startswith(PLUGIN_PREFIX):
         return {"imports": [], "plugin": str(path), "code": [path.parent]}
     return {"imports": [target.__module__], "plugin": None, "code": [path.parent]}
 

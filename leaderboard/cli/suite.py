@@ -51,16 +51,20 @@ def run_with_progress(
     executor: Any = None,
     client_actors: int = 0,
     profile: str | None = None,
+    call_seconds: float | None = None,
 ) -> list[dict[str, Any]]:
-    """Run a suite (on ``profile`` in place of its own, if given) with a progress bar over
-    its runs; errors become clean CLI messages."""
+    """Run a suite (on ``profile`` in place of its own, if given; with ``methods``' pool
+    calls on the public schedule ``call_seconds``, if given) with a progress bar over its
+    runs; errors become clean CLI messages."""
     from tqdm import tqdm
 
     from benchmark.isolation.coordinator import MethodError
     from leaderboard.catalog import get_suite
-    from leaderboard.suites import run_suite, with_profile
+    from leaderboard.suites import on_schedule, run_suite, with_profile
 
     suite = with_profile(get_suite(suite_name), profile)
+    if call_seconds is not None:
+        suite = on_schedule(suite, methods or [], call_seconds)
     total = len(suite.grid(methods))
     with tqdm(total=total, desc=f"suite {suite_name}", unit="run") as bar:
 
@@ -308,6 +312,15 @@ def suite_tune(
 @store_options
 @click.option("--suite", "suite_name", default="quick", show_default=True, help="Suite to run.")
 @click.option("--bundle", default=None, help="Path of the submission bundle (.tar.gz).")
+@click.option(
+    "--call-seconds",
+    type=click.FloatRange(min=1e-3, max=86_400.0),
+    required=True,
+    help="The public schedule of your method's pool calls: each is answered exactly this "
+    "many seconds after it is made, your method process stopped meanwhile, so your client "
+    "code cannot signal through its running time. Above your slowest call on this machine "
+    "(the first also starts the client side); a call past it stops the run.",
+)
 def submit(
     adapter: str,
     results: str,
@@ -316,10 +329,12 @@ def submit(
     splits: str,
     suite_name: str,
     bundle: str | None,
+    call_seconds: float,
 ) -> None:
     """Run a third-party method adapter (a Python file that registers one method) through
     a suite with the same splits, budgets, seeds and evaluation as the published entries,
-    write its entries, and pack them with their specs and split manifests into a bundle."""
+    on a public schedule of pool calls (--call-seconds), write its entries, and pack them
+    with their specs and split manifests into a bundle."""
     from benchmark.isolation.coordinator import MethodError, plugin_methods
 
     try:  # the file is imported only in sandboxed method processes, never here
@@ -328,7 +343,9 @@ def submit(
         raise click.ClickException(str(exc)) from exc
     if len(added) != 1:
         raise click.ClickException(f"{adapter} must register exactly one new method, got {added}")
-    entries = run_with_progress(suite_name, added, results, runs, splits, Path(adapter))
+    entries = run_with_progress(
+        suite_name, added, results, runs, splits, Path(adapter), call_seconds=call_seconds
+    )
     out = Path(bundle or f"submission-{added[0]}.tar.gz")
     write_bundle(out, Path(results), entries)
     click.echo(f"method {added[0]}: {len(entries)} entries; bundle {out}")
