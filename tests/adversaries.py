@@ -518,6 +518,47 @@ def _lock_target():
     return np.__file__  # a file every sandbox may read
 
 
+def atime_target():
+    """A file every sandbox may read and nothing else reads during a run."""
+    return str(Path(np.__file__).parent / "_pyinstaller" / "__init__.py")
+
+
+# The host's counters client code moves, as the method process would read them: free
+# memory (sysinfo), free blocks of the file system the worker writes (statfs), CPU time
+# (/proc/stat), open files (/proc/sys) and disk sectors (/sys).
+COUNTERS = {
+    "procstat": "/proc/stat",
+    "meminfo": "/proc/meminfo",
+    "filenr": "/proc/sys/fs/file-nr",
+    "sysfs": str(min(Path("/sys/block").glob("*/stat"), default="/sys/kernel/uevent_seqnum")),
+}
+
+
+def read_counter(kind):
+    """One reading of counter ``kind`` (raises PermissionError where the sandbox denies it)."""
+    import ctypes
+
+    if kind in COUNTERS:
+        return Path(COUNTERS[kind]).read_text()
+    if kind == "statfs":
+        return os.statvfs("/").f_bfree
+    buffer = ctypes.create_string_buffer(256)  # struct sysinfo
+    return _checked(_libc().sysinfo(buffer)) or buffer.raw
+
+
+def move_counters(text):
+    """Client side: move every counter by ``text``: hold memory, write a file, spin."""
+    import tempfile
+    import time
+
+    HELD.append(bytearray(len(text) << 20))
+    with tempfile.NamedTemporaryFile(delete=False) as scratch:
+        scratch.write(os.urandom(len(text) << 12))
+    began = time.perf_counter()
+    while time.perf_counter() - began < len(text) / 1000:
+        pass
+
+
 def open_channel(kind):
     """Server side: the receiving end of a channel from the client worker."""
     import socket
@@ -539,6 +580,10 @@ def open_channel(kind):
         )
     if kind == "flock":
         return os.open(_lock_target(), os.O_RDONLY)
+    if kind == "atime":  # a read moves a file's access time, which anyone may stat
+        return os.stat(atime_target()).st_atime_ns
+    if kind in (*COUNTERS, "statfs", "sysinfo"):
+        return read_counter(kind)
     raise ValueError(kind)
 
 
@@ -563,6 +608,12 @@ def receive(kind, endpoint):
         except BlockingIOError:
             return "a client holds the lock: bit 1"
         return "bit 0"
+    if kind == "atime":
+        return (
+            "a client read the file: bit 1"
+            if os.stat(atime_target()).st_atime_ns != endpoint
+            else "bit 0"
+        )
     raise ValueError(kind)
 
 
@@ -592,6 +643,10 @@ def send(kind, text, port):
         fd = os.open(_lock_target(), os.O_RDONLY)
         fcntl.flock(fd, fcntl.LOCK_SH)
         HELD.append(fd)
+    elif kind == "atime":
+        Path(atime_target()).read_bytes()
+    elif kind in (*COUNTERS, "statfs", "sysinfo"):
+        move_counters(text)
 
 
 def send_texts(client, payload):
@@ -614,8 +669,10 @@ def _attempt(outcomes, label, action):
 @register("adv_channel")
 class Channel(Adversary):
     """The client worker sends its texts through sockets (inet udp and tcp, abstract
-    unix), a SysV shared memory segment, a POSIX message queue and a lock on a file both
-    sides can read; the method process listens on each and releases what it received."""
+    unix), a SysV shared memory segment, a POSIX message queue, a lock on a file both
+    sides can read, that file's access time (a read) and the host's counters (memory held,
+    a file written, CPU spun); the method process listens on each (reads each counter
+    before and after the call) and releases what it received."""
 
     configs = {"tiny": {"channels": ["udp"], "port": 9}}
     client_fn = staticmethod(send_texts)

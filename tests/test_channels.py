@@ -4,7 +4,8 @@ listener outside the run (class 1); an abstract unix socket, SysV shared memory,
 message queue and a lock on a file both sandboxes read, between the client worker and the
 method process (class 2); state a recomputation leaves for a later one (class 3); the
 corpus the split was cut from and the builders' raw source caches (class 6); daemons that
-outlive the run (class 8)."""
+outlive the run (class 8); the access time of a file every sandbox reads (a class found
+here); the host's counters client code moves (found here)."""
 
 import contextlib
 import dataclasses
@@ -72,6 +73,7 @@ def leaks(result):
 
 
 CHANNELS = ["udp", "tcp", "abstract", "shm", "mq", "flock"]
+COUNTERS = ["sysinfo", "statfs", *adversaries.COUNTERS]  # the host's, moved by client code
 
 
 @needs_seccomp
@@ -88,6 +90,39 @@ def test_no_channel_out_of_the_client_worker(tmp_path):
             listener.recv(1 << 16)
     assert not leaks(result)
     assert result.artifact.texts == [f"{c}: refused: PermissionError" for c in CHANNELS]
+
+
+@needs_seccomp
+@needs_landlock
+def test_the_method_process_reads_none_of_the_hosts_counters(tmp_path):
+    """Client code moves the host's counters during a call (memory it holds, a file it
+    writes, CPU it spins) and the method process would read them after it, past any
+    schedule: every such counter is refused to it (the same policy holds for the worker)."""
+    for kind in COUNTERS:  # here, outside a sandbox, each reads
+        assert adversaries.read_counter(kind) is not None, kind
+    result = go(tmp_path, spec("adv_channel", {"channels": COUNTERS, "port": 9}))
+    assert result.artifact.texts == [f"{c}: refused: PermissionError" for c in COUNTERS]
+
+
+@needs_namespaces
+def test_a_client_functions_reads_leave_no_access_time_the_method_can_see(tmp_path):
+    """A file's access time moves when it is read (``relatime``: once its atime is older
+    than its mtime) and any process may stat it: the client function reads a file every
+    sandbox may read, the method process compares its atime before and after the call.
+    Every untrusted process reads through ``noatime`` mounts of its own, so it stays."""
+    target = Path(adversaries.atime_target())
+    mtime = target.stat().st_mtime_ns
+
+    def make_stale():
+        os.utime(target, ns=(mtime - 10**10, mtime))
+        return target.stat().st_atime_ns
+
+    stale = make_stale()
+    target.read_bytes()  # here (no sandbox) a read moves it: the channel is real
+    assert target.stat().st_atime_ns != stale
+    make_stale()
+    result = go(tmp_path, spec("adv_channel", {"channels": ["atime"], "port": 9}))
+    assert result.artifact.texts == ["atime: bit 0"]
 
 
 @needs_seccomp

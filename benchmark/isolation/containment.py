@@ -64,20 +64,52 @@ def new_namespaces(flags: int = NAMESPACES) -> bool:
 
 
 _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
+# mount_setattr(2): the same number on every Linux architecture since 5.12.
+_SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE = 442, -100, 0x8000
+_MOUNT_ATTR_NOATIME, _MOUNT_ATTR_ATIME_MASK = 0x10, 0x70
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in ("set", "clear", "propagation", "userns")]
+
+
+def _private_mounts() -> bool:
+    """Move this process into a new mount namespace whose mounts no longer propagate to
+    (or from) the one it came from; False where none can be made."""
+    if not new_namespaces(CLONE_NEWNS):
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.mount(b"none", b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None) == 0
+
+
+def hide_access_times() -> bool:
+    """Make every file this process (and what it starts) reads keep its access time: all
+    mounts ``noatime`` in a mount namespace of its own. Otherwise client code could signal
+    to another sandbox by which shared read-only files it reads (a file's atime, which any
+    process may ``stat``, moves on a read under ``relatime``). False where it cannot be done
+    (no mount namespace; as an unprivileged user the host's atime flags are locked). Linux
+    only; call it before the sandbox (which forbids mounts)."""
+    if not _private_mounts():
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    attr = _MountAttr(_MOUNT_ATTR_NOATIME, _MOUNT_ATTR_ATIME_MASK, 0, 0)
+    call = (
+        ctypes.c_long(_SYS_MOUNT_SETATTR), ctypes.c_int(_AT_FDCWD), b"/",
+        ctypes.c_uint(_AT_RECURSIVE), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
+    )  # fmt: skip
+    return libc.syscall(*call) == 0
 
 
 def private_shm(path: str = "/dev/shm") -> bool:
     """Give this process (and what it starts) a ``/dev/shm`` of its own: a fresh, empty
-    tmpfs mounted there in a new mount namespace, whose mounts no longer propagate to the
-    namespace it came from. What it writes there no other process sees, and it sees nothing
-    another wrote (the host's /dev/shm is one directory for every process). False, and
-    nothing mounted, where a mount namespace cannot be made; then the caller must not grant
-    ``/dev/shm`` at all. Linux only; call it before the sandbox (which forbids mounts)."""
-    if not new_namespaces(CLONE_NEWNS):
+    tmpfs mounted there in a new mount namespace. What it writes there no other process
+    sees, and it sees nothing another wrote (the host's /dev/shm is one directory for every
+    process). False, and nothing mounted, where a mount namespace cannot be made; then the
+    caller must not grant ``/dev/shm`` at all. Linux only; call it before the sandbox
+    (which forbids mounts)."""
+    if not _private_mounts():
         return False
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.mount(b"none", b"/", None, ctypes.c_ulong(_MS_REC | _MS_PRIVATE), None) != 0:
-        return False
     flags = ctypes.c_ulong(_MS_NOSUID | _MS_NODEV)
     return libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"mode=1777") == 0
 

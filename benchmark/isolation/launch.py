@@ -33,16 +33,23 @@ NO_NAMESPACES = (
     "user namespaces are allowed here): processes it daemonises may outlive its run; "
     "sockets and IPC objects are still refused by seccomp"
 )
+ACCESS_TIMES_SHOWN = (
+    "fedsynth: the files this untrusted process reads keep no private access times here "
+    "(no mount namespace, or the host's atime flags are locked to this user): the files it "
+    "reads may be told by their access times unless the file system is mounted noatime"
+)
 
 
 def main() -> None:
-    from benchmark.isolation.containment import contain, die_with_parent
+    from benchmark.isolation.containment import contain, die_with_parent, hide_access_times
     from benchmark.isolation.sandbox import enter_sandbox_from_environment
 
     role, fds = sys.argv[1], [int(fd) for fd in sys.argv[2:]]
     die_with_parent()
     if not contain(tuple(fds)):
         print(NO_NAMESPACES, file=sys.stderr, flush=True)
+    if not hide_access_times():
+        print(ACCESS_TIMES_SHOWN, file=sys.stderr, flush=True)
     enter_sandbox_from_environment()
     importlib.import_module(ROLES[role]).main(*fds)
     # Served: end now. The interpreter's teardown (torch's, transformers') holds nothing the

@@ -187,7 +187,9 @@ def _no_new_privs() -> None:
 # coordinator keep working), SysV and POSIX IPC, file locks and leases, inotify/fanotify and
 # page-cache probes on shared files, another process's memory, keyrings, io_uring (which
 # opens sockets and files past this filter), namespaces of others, mounts, handles, the
-# host's clock and name, and the BPF and perf interfaces.
+# host's clock and name, the BPF and perf interfaces, and the host's counters that client
+# code moves (free memory, load and process count: sysinfo; free blocks of a file system
+# it writes: statfs; the kernel log).
 _DENIED_SYSCALLS = {
     "socket": 41, "socketpair": 53,
     "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67,
@@ -210,6 +212,8 @@ _DENIED_SYSCALLS = {
     "sethostname": 170, "setdomainname": 171, "settimeofday": 164, "clock_settime": 227,
     "adjtimex": 159, "clock_adjtime": 305,
     "bpf": 321, "perf_event_open": 298,
+    "sysinfo": 99, "syslog": 103, "statfs": 137, "fstatfs": 138, "ustat": 136,
+    "quotactl": 179,
 }  # fmt: skip
 # Denied unless their target is the caller itself (argument 0 for these, argument 1 for
 # setpriority and ioprio_set): another process's scheduling state is readable by pid, so
@@ -349,12 +353,20 @@ def restrict(policy: Policy) -> bool:
     return True
 
 
-_SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/bin", "/etc", "/sys")
+_SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/bin", "/etc")
 # Not all of /proc: Landlock's ptrace scoping does not stop reading /proc/<pid>/environ, maps
 # or cmdline of other same-user processes (measured on 6.18), and the harness's environment
 # may hold tokens. /proc/self resolves, when restrict() opens it, to this process's own pid
-# directory, so a child the sandboxed process starts cannot read its own /proc/self.
-_PROC_PATHS = ("/proc/self", "/proc/cpuinfo", "/proc/meminfo", "/proc/stat", "/proc/sys")
+# directory, so a child the sandboxed process starts cannot read its own /proc/self. Not the
+# host's counters either (/proc/stat, /proc/meminfo, /proc/sys, most of /sys: CPU time,
+# free memory, open files, disk sectors, idle states): client code moves them during a call
+# and a method process would read them after it, past the public schedule. What is left is
+# this process's own state, the CPU model and the CPU lists (glibc, OpenMP and torch count
+# CPUs from them).
+_PROC_PATHS = ("/proc/self", "/proc/cpuinfo")
+_CPU_LISTS = tuple(
+    f"/sys/devices/system/cpu/{name}" for name in ("possible", "present", "online", "kernel_max")
+)
 _DEVICES = ("/dev/null", "/dev/urandom", "/dev/zero")
 _PACKAGE_DIR_NAMES = frozenset({"site-packages", "dist-packages", "lib-dynload"})
 
@@ -378,7 +390,7 @@ def interpreter_paths() -> tuple[Path, ...]:
     paths = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
     paths.append(Path(os.path.realpath(sys.executable)).parent)
     paths += [Path(e) for e in sys.path if e and _is_package_dir(Path(e))]  # '' is the cwd
-    paths += [Path(p) for p in _SYSTEM_PATHS + _PROC_PATHS + _DEVICES]
+    paths += [Path(p) for p in _SYSTEM_PATHS + _PROC_PATHS + _CPU_LISTS + _DEVICES]
     return tuple(dict.fromkeys(p for p in paths if p.exists()))
 
 
@@ -391,7 +403,9 @@ SHM = Path("/dev/shm")
 # and drives the GPU through their ioctls. Not /dev/dri (display, not compute).
 _GPU_NODES = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-caps")
 # The driver's state CUDA and NVML read (its version and parameters, the GPUs' bus ids).
-_GPU_DRIVER_STATE = (Path("/proc/driver/nvidia"),)
+# NVML and CUDA read the PCI devices and NUMA nodes from /sys: a GPU run's processes read
+# all of /sys (its counters included; docs/architecture.md, "the GPU").
+_GPU_DRIVER_STATE = (Path("/proc/driver/nvidia"), Path("/sys"))
 # What a CUDA process needs of the coordinator's environment: which GPU is the run's (Ray
 # and the operator set it), where the driver and the toolkit's libraries are, the
 # allocator's settings. Named one by one: no ``NVIDIA_*`` prefix (NVIDIA_API_KEY is a key).
