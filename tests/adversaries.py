@@ -495,6 +495,7 @@ class RefusedRerun(Adversary):
 # --- issue 33: channels out of the client worker, state, the corpus, processes left over ----
 
 ABSTRACT_NAME, SHM_KEY, MQ_NAME = b"\0fedsynth-adv", 0xFED5, b"/fedsynth-adv"
+SCRATCH_NAME = "fedsynth-adv"  # a file client code writes in its scratch directory
 
 
 def _libc():
@@ -584,6 +585,8 @@ def open_channel(kind):
         return os.stat(atime_target()).st_atime_ns
     if kind in (*COUNTERS, "statfs", "sysinfo"):
         return read_counter(kind)
+    if kind == "scratch":  # the client side's scratch, beside this process's own work dir
+        return Path(os.environ["TMPDIR"]).parents[1] / "client_tmp" / SCRATCH_NAME  # work/tmp
     raise ValueError(kind)
 
 
@@ -609,11 +612,12 @@ def receive(kind, endpoint):
             return "a client holds the lock: bit 1"
         return "bit 0"
     if kind == "atime":
-        return (
-            "a client read the file: bit 1"
-            if os.stat(atime_target()).st_atime_ns != endpoint
-            else "bit 0"
-        )
+        moved = os.stat(atime_target()).st_atime_ns != endpoint
+        return "a client read the file: bit 1" if moved else "bit 0"
+    if kind in (*COUNTERS, "statfs", "sysinfo"):
+        return "the clients moved it" if read_counter(kind) != endpoint else "unmoved"
+    if kind == "scratch":  # Landlock refuses reading it, not stat
+        return f"a file of {os.stat(endpoint).st_size} bytes"
     raise ValueError(kind)
 
 
@@ -647,6 +651,10 @@ def send(kind, text, port):
         Path(atime_target()).read_bytes()
     elif kind in (*COUNTERS, "statfs", "sysinfo"):
         move_counters(text)
+    elif kind == "scratch":
+        import tempfile
+
+        (Path(tempfile.gettempdir()) / SCRATCH_NAME).write_text(text)
 
 
 def send_texts(client, payload):
@@ -671,8 +679,9 @@ class Channel(Adversary):
     """The client worker sends its texts through sockets (inet udp and tcp, abstract
     unix), a SysV shared memory segment, a POSIX message queue, a lock on a file both
     sides can read, that file's access time (a read) and the host's counters (memory held,
-    a file written, CPU spun); the method process listens on each (reads each counter
-    before and after the call) and releases what it received."""
+    a file written, CPU spun) and a file in its scratch directory, whose size a ``stat``
+    shows; the method process listens on each (reads each counter before and after the
+    call) and releases what it received."""
 
     configs = {"tiny": {"channels": ["udp"], "port": 9}}
     client_fn = staticmethod(send_texts)

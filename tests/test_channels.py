@@ -125,6 +125,16 @@ def test_a_client_functions_reads_leave_no_access_time_the_method_can_see(tmp_pa
     assert result.artifact.texts == ["atime: bit 0"]
 
 
+@needs_namespaces
+def test_what_client_code_writes_in_its_scratch_no_method_process_can_stat(tmp_path):
+    """Landlock refuses reading the client side's scratch, not ``stat``: client code writes
+    a file there, and the method process stats it by its path beside its own work dir.
+    The scratch is a tmpfs of the client worker's own, so the path names nothing."""
+    result = go(tmp_path, spec("adv_channel", {"channels": ["scratch"], "port": 9}))
+    assert result.artifact.texts == ["scratch: refused: FileNotFoundError"]
+    assert list((tmp_path / result.record["run_key"] / "client_tmp").iterdir()) == []
+
+
 @needs_seccomp
 def test_the_public_corpus_reads_under_the_seccomp_filter():
     """The cpu profile's public corpus includes a packaged SQLite file: the method process

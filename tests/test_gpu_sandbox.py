@@ -173,7 +173,7 @@ def run_child(policy: Policy, scratch: Path, name: str) -> str:
 
 
 def namespaces_allowed() -> bool:
-    probe = "from benchmark.isolation.containment import private_shm; print(private_shm())"
+    probe = "from benchmark.isolation.containment import private_tmpfs as p; print(p('/dev/shm'))"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
     return done.stdout.strip() == "True"

@@ -100,18 +100,17 @@ def hide_access_times() -> bool:
     return libc.syscall(*call) == 0
 
 
-def private_shm(path: str = "/dev/shm") -> bool:
-    """Give this process (and what it starts) a ``/dev/shm`` of its own: a fresh, empty
-    tmpfs mounted there in a new mount namespace. What it writes there no other process
-    sees, and it sees nothing another wrote (the host's /dev/shm is one directory for every
-    process). False, and nothing mounted, where a mount namespace cannot be made; then the
-    caller must not grant ``/dev/shm`` at all. Linux only; call it before the sandbox
-    (which forbids mounts)."""
+def private_tmpfs(path: str, mode: str = "1777") -> bool:
+    """Give this process (and what it starts) a directory ``path`` of its own: a fresh,
+    empty tmpfs mounted there in a new mount namespace. What it writes there no other
+    process sees, not even by ``stat`` (which Landlock does not restrict), and it sees
+    nothing another wrote. False, and nothing mounted, where a mount namespace cannot be
+    made. Linux only; call it before the sandbox (which forbids mounts)."""
     if not _private_mounts():
         return False
     libc = ctypes.CDLL(None, use_errno=True)
     flags = ctypes.c_ulong(_MS_NOSUID | _MS_NODEV)
-    return libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"mode=1777") == 0
+    return libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, f"mode={mode}".encode()) == 0
 
 
 def contain(keep_fds: tuple[int, ...] = ()) -> bool:

@@ -75,12 +75,14 @@ def policy_for(
     readable: list[Path] | None = None,
     denied: tuple[Path, ...] = (),
     gpu: bool = False,
+    client_code: bool = False,
 ) -> Policy:
     """What an untrusted process may see: the interpreter, the harness's and the method's
     code, the model caches (read-only), and its own ``read_write`` directories; never the
     builders' raw source caches nor ``denied`` (a split's corpus, :mod:`.corpus`). A GPU
     run's process (``gpu``: :func:`runs_on_gpu`) may also open the GPU's device nodes and
-    read the driver's state and CUDA's libraries (:func:`~.sandbox.gpu_access`)."""
+    read the driver's state and CUDA's libraries (:func:`~.sandbox.gpu_access`). A process
+    that runs ``client_code`` gets its scratch as a tmpfs of its own (``private_scratch``)."""
     from benchmark.profiles.cache import cache_dir
 
     cache_dir().mkdir(parents=True, exist_ok=True)  # a rule needs the directory to exist
@@ -90,7 +92,7 @@ def policy_for(
     readable_paths = (*interpreter_paths(), *code, cache_dir(), hub, *extra, *gpu_read)
     denied = (*denied, cache_dir() / "sources")
     read_only, list_only = readable_except(readable_paths, denied)
-    return Policy(read_only, tuple(read_write), list_only, gpu=gpu, devices=gpu_write)
+    return Policy(read_only, tuple(read_write), list_only, gpu, gpu_write, client_code)
 
 
 def runs_on_gpu(profile: Any) -> bool:
@@ -531,7 +533,7 @@ class IsolatedLaunch:
         for directory in (tmp, checks):
             directory.mkdir(exist_ok=True)
         log = run_dir / PRIVATE_LOG  # its output: client code writes it (coordinator only)
-        policy = policy_for(self.code, [tmp], denied=self.denied, gpu=self.gpu)
+        policy = policy_for(self.code, [tmp], denied=self.denied, gpu=self.gpu, client_code=True)
         if self.client_actors > 0:
             from benchmark.isolation.client_shards import ShardedClients
 
@@ -541,7 +543,9 @@ class IsolatedLaunch:
         else:
             self._worker = ClientProcess(shards, policy, self.threads, tmp, log)
         command = [sys.executable, "-m", LAUNCH, "zygote"]
-        zygote_policy = policy_for(self.code, [checks], denied=self.denied, gpu=self.gpu)
+        zygote_policy = policy_for(
+            self.code, [checks], denied=self.denied, gpu=self.gpu, client_code=True
+        )
         zygote_env = {**child_env(self.gpu), **sandbox_environment(zygote_policy, checks)}
         set_zygote_launch((command, zygote_env))
         return self._worker

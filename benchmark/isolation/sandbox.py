@@ -69,13 +69,16 @@ class Policy:
     ``/dev/shm`` before it restricts itself, and may write there
     (:func:`enter_sandbox_from_environment`). ``devices``: the GPU's device nodes, opened
     read-write; unlike ``read_write`` they stay open to a nested domain
-    (:func:`restrict_further`: a recomputation runs client code on the GPU too)."""
+    (:func:`restrict_further`: a recomputation runs client code on the GPU too).
+    ``private_scratch``: client code's process, whose scratch directory (its TMPDIR) is
+    mounted as a tmpfs of its own (:func:`_private_scratch`)."""
 
     read_only: tuple[Path, ...]
     read_write: tuple[Path, ...] = ()
     list_only: tuple[Path, ...] = ()  # directories (and those beneath) that may be listed
     gpu: bool = False
     devices: tuple[Path, ...] = ()
+    private_scratch: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The policy as a child process receives it."""
@@ -85,6 +88,7 @@ class Policy:
             "list_only": list(map(str, self.list_only)),
             "gpu": self.gpu,
             "devices": list(map(str, self.devices)),
+            "private_scratch": self.private_scratch,
         }
 
     @classmethod
@@ -93,8 +97,8 @@ class Policy:
             tuple(map(Path, data.get(key, ())))
             for key in ("read_only", "read_write", "list_only", "devices")
         )
-        gpu = data.get("gpu") is True
-        return cls(read_only, read_write, list_only, gpu=gpu, devices=devices)
+        gpu, private = data.get("gpu") is True, data.get("private_scratch") is True
+        return cls(read_only, read_write, list_only, gpu, devices, private)
 
 
 def _syscall(number: int, *args: object) -> int:
@@ -523,6 +527,8 @@ def enter_sandbox_from_environment() -> bool:
     os.environ["TMPDIR"] = data["tmp_dir"]
     import_top_level_packages()
     policy = Policy.from_json(data)
+    if policy.private_scratch:
+        _private_scratch(Path(data["tmp_dir"]))
     if policy.gpu:
         policy = _with_gpu_scratch(policy, Path(data["tmp_dir"]))
     landlock = restrict(policy)
@@ -540,15 +546,31 @@ def kernel_caches(scratch: Path) -> dict[str, str]:
     return {"TRITON_CACHE_DIR": str(scratch / "triton"), "CUDA_CACHE_PATH": str(scratch / "cuda")}
 
 
+SCRATCH_SHOWN = (
+    "fedsynth: this client-side process's scratch directory is on the host's file system "
+    "(no mount namespace here): a method process can stat the files client code writes there"
+)
+
+
+def _private_scratch(tmp_dir: Path) -> None:
+    """Client code's scratch (a client worker's, the independence check's): a tmpfs of this
+    process's own over ``tmp_dir``, so what client code writes there (names, sizes, times)
+    no method process can ``stat`` (Landlock restricts reads, not ``stat``)."""
+    from benchmark.isolation.containment import private_tmpfs
+
+    if not private_tmpfs(str(tmp_dir), mode="0700"):
+        print(SCRATCH_SHOWN, file=sys.stderr, flush=True)
+
+
 def _with_gpu_scratch(policy: Policy, tmp_dir: Path) -> Policy:
     """A GPU run's process: ``/dev/shm`` writable where it is this process's own (a fresh
     tmpfs in a mount namespace of its own; never the host's, which every process shares),
     and the kernel caches of Triton and CUDA in its scratch directory (their defaults are
     under the home directory, which the sandbox does not let it write)."""
-    from benchmark.isolation.containment import private_shm
+    from benchmark.isolation.containment import private_tmpfs
 
     os.environ.update(kernel_caches(tmp_dir))
-    if not private_shm():
+    if not private_tmpfs(str(SHM)):
         return policy
     return replace(policy, read_write=(*policy.read_write, SHM))
 
