@@ -560,8 +560,9 @@ def move_counters(text):
         pass
 
 
-def open_channel(kind):
-    """Server side: the receiving end of a channel from the client worker."""
+def open_channel(kind, port=None):
+    """Server side: the receiving end of a channel from the client worker (``port``: the
+    listener's, or a host process's pid)."""
     import socket
 
     libc = _libc()
@@ -585,6 +586,8 @@ def open_channel(kind):
         return os.stat(atime_target()).st_atime_ns
     if kind in (*COUNTERS, "statfs", "sysinfo"):
         return read_counter(kind)
+    if kind == "proc":  # the host's processes, e.g. the coordinator's (public: its pid)
+        return Path(f"/proc/{port}")
     if kind == "scratch":  # the client side's scratch, beside this process's own work dir
         return Path(os.environ["TMPDIR"]).parents[1] / "client_tmp" / SCRATCH_NAME  # work/tmp
     raise ValueError(kind)
@@ -616,6 +619,8 @@ def receive(kind, endpoint):
         return "a client read the file: bit 1" if moved else "bit 0"
     if kind in (*COUNTERS, "statfs", "sysinfo"):
         return "the clients moved it" if read_counter(kind) != endpoint else "unmoved"
+    if kind == "proc":  # client code's processes would show here, and the host's pid count
+        return f"the host's process {endpoint.name} exists" if endpoint.exists() else "none"
     if kind == "scratch":  # Landlock refuses reading it, not stat
         return f"a file of {os.stat(endpoint).st_size} bytes"
     raise ValueError(kind)
@@ -692,7 +697,9 @@ class Channel(Adversary):
     def round(self, ctx, state, r):
         outcomes, endpoints = [], {}
         for kind in self.config["channels"]:
-            endpoints[kind] = _attempt(outcomes, kind, lambda kind=kind: open_channel(kind))
+            endpoints[kind] = _attempt(
+                outcomes, kind, lambda kind=kind: open_channel(kind, self.config["port"])
+            )
         self.aggregate(ctx, ctx.noise_for(steps=1))
         for kind, endpoint in endpoints.items():
             if endpoint is not None:

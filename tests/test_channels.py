@@ -126,6 +126,17 @@ def test_a_client_functions_reads_leave_no_access_time_the_method_can_see(tmp_pa
 
 
 @needs_namespaces
+def test_the_method_process_sees_no_process_of_the_host(tmp_path):
+    """Through the host's /proc a method process could ``stat`` other processes' entries
+    (Landlock restricts reads, not ``stat``) and read host thread ids, so count the
+    processes client code starts. Its /proc is its own PID namespace's: the coordinator's
+    entry is not there."""
+    params = {"channels": ["proc"], "port": os.getpid()}
+    result = go(tmp_path, spec("adv_channel", params))
+    assert result.artifact.texts == ["proc: none"]
+
+
+@needs_namespaces
 def test_what_client_code_writes_in_its_scratch_no_method_process_can_stat(tmp_path):
     """Landlock refuses reading the client side's scratch, not ``stat``: client code writes
     a file there, and the method process stats it by its path beside its own work dir.

@@ -227,3 +227,36 @@ def test_a_tiny_suite_record_with_the_canary_audit_is_the_same_on_both_paths(tmp
     assert "next_token.top1" in records[0]["metrics"]
     for part in ("privacy", "metrics"):
         assert records[0][part] == records[1][part], part
+
+
+def test_a_method_is_described_once_per_question(tmp_path, monkeypatch):
+    """A run's key and the run ask the sandboxed describe process the same question: it is
+    asked once (a process start costs seconds); other parameters, or a submitted file
+    whose content changed, are asked again."""
+    import benchmark.isolation.coordinator as coordinator
+    from benchmark.isolation.coordinator import IsolatedLaunch
+
+    asked = []
+    monkeypatch.setattr(coordinator, "_DESCRIPTIONS", {})
+    monkeypatch.setattr(coordinator, "ask", lambda init, *rest: asked.append(init) or ANSWER)
+    plugin = tmp_path / "theirs.py"
+    plugin.write_text("# version 1\n")
+
+    def resolve(params, plugin=None):
+        s = spec("public_only") if params is None else spec("dp_fedavg", params)
+        return IsolatedLaunch(s, make_split(), StubProfile(), plugin).resolve()
+
+    first = resolve(None)
+    assert resolve(None) == first and len(asked) == 1
+    resolve({"rounds": 2})
+    resolve(None, plugin)
+    resolve(None, plugin)
+    assert len(asked) == 3
+    plugin.write_text("# version 2\n")
+    resolve(None, plugin)
+    assert len(asked) == 4
+
+
+ANSWER = {
+    "privacy_units": ["user"], "role": "method", "models": [], "hub_ids": [], "config": {},
+}  # fmt: skip

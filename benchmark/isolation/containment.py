@@ -63,7 +63,7 @@ def new_namespaces(flags: int = NAMESPACES) -> bool:
     return _unshare(flags) or _unshare(flags | CLONE_NEWUSER)
 
 
-_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x4000, 0x40000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x8, 0x4000, 0x40000
 # mount_setattr(2): the same number on every Linux architecture since 5.12.
 _SYS_MOUNT_SETATTR, _AT_FDCWD, _AT_RECURSIVE = 442, -100, 0x8000
 _MOUNT_ATTR_NOATIME, _MOUNT_ATTR_ATIME_MASK = 0x10, 0x70
@@ -98,6 +98,19 @@ def hide_access_times() -> bool:
         ctypes.c_uint(_AT_RECURSIVE), ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
     )  # fmt: skip
     return libc.syscall(*call) == 0
+
+
+def own_proc() -> bool:
+    """Mount a ``/proc`` of this process's PID namespace over the host's, in its own mount
+    namespace: it then shows no other process on the host (not even to ``stat``), and its
+    thread ids are the namespace's, so neither tells how many processes client code
+    started elsewhere. Call it as process 1 of a new PID namespace (:func:`contain`);
+    False where it cannot be done. Linux only."""
+    if not _private_mounts():  # never over the /proc of the namespace it came from
+        return False
+    libc = ctypes.CDLL(None, use_errno=True)
+    flags = ctypes.c_ulong(_MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    return libc.mount(b"proc", b"/proc", b"proc", flags, None) == 0
 
 
 def private_tmpfs(path: str, mode: str = "1777") -> bool:

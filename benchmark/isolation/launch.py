@@ -38,18 +38,30 @@ ACCESS_TIMES_SHOWN = (
     "(no mount namespace, or the host's atime flags are locked to this user): the files it "
     "reads may be told by their access times unless the file system is mounted noatime"
 )
+HOST_PROC_SHOWN = (
+    "fedsynth: this untrusted process sees the host's /proc (no /proc of its own here): it "
+    "can stat other processes' entries and read host thread ids"
+)
 
 
 def main() -> None:
-    from benchmark.isolation.containment import contain, die_with_parent, hide_access_times
+    from benchmark.isolation.containment import (
+        contain,
+        die_with_parent,
+        hide_access_times,
+        own_proc,
+    )
     from benchmark.isolation.sandbox import enter_sandbox_from_environment
 
     role, fds = sys.argv[1], [int(fd) for fd in sys.argv[2:]]
     die_with_parent()
-    if not contain(tuple(fds)):
+    contained = contain(tuple(fds))
+    if not contained:
         print(NO_NAMESPACES, file=sys.stderr, flush=True)
     if not hide_access_times():
         print(ACCESS_TIMES_SHOWN, file=sys.stderr, flush=True)
+    if not (contained and own_proc()):
+        print(HOST_PROC_SHOWN, file=sys.stderr, flush=True)
     enter_sandbox_from_environment()
     importlib.import_module(ROLES[role]).main(*fds)
     # Served: end now. The interpreter's teardown (torch's, transformers') holds nothing the
