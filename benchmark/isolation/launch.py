@@ -4,7 +4,11 @@ then imports and serves.
 ``python -m benchmark.isolation.launch ROLE FD...`` moves into fresh PID, network, IPC and
 UTS namespaces (:func:`~benchmark.isolation.containment.contain`: this process stays
 outside as the keeper, the role runs as process 1 of the namespace, and every process it
-starts dies with it), applies the sandbox its parent put in the environment
+starts dies with it), gives itself a mount namespace in which every mount is ``noatime``
+and ``/proc`` is its PID namespace's own
+(:func:`~benchmark.isolation.containment.hide_access_times`,
+:func:`~benchmark.isolation.containment.own_proc`), applies the sandbox its parent put in
+the environment
 (:func:`~benchmark.isolation.sandbox.enter_sandbox_from_environment`: Landlock, then the
 seccomp filter) while nothing but the standard library and the harness's package roots is
 imported, then runs the role's ``main``: ``client``
