@@ -339,6 +339,17 @@ def check_refusals(store: SuiteStore) -> None:
         raise PublicationRefused("not signed or published: " + "; ".join(store.refused.values()))
 
 
+def check_schedules(suite: Suite, methods: Sequence[str] | None = None) -> None:
+    """Refuse (:class:`PublicationRefused`), before any split is built or run made, a grid
+    with a method that is not the operator's own code and runs off the public schedule:
+    none of its records could be published (:func:`~leaderboard.entries.schedule_refusal`)."""
+    for name in sorted({suite.method_of(row) for row, _, _ in suite.grid(methods)}):
+        call_seconds = suite.method_privacy.get(name, {}).get("call_seconds")
+        off_schedule = schedule_refusal(name, call_seconds)
+        if off_schedule:
+            raise PublicationRefused(off_schedule)
+
+
 def run_suite(
     suite: Suite,
     *,
@@ -366,15 +377,12 @@ def run_suite(
     published (no seed is silently dropped from it): the others are, then
     :class:`PublicationRefused` names it.
     """
+    check_schedules(suite, methods)
     store = open_store(suite, results_root, splits_root)
     jobs = [
         Job(f"{row} ε={eps:g} seed={seed}", suite.spec(row, eps, seed, store.split_path), row)
         for row, eps, seed in suite.grid(methods)
     ]
-    for job in jobs:  # before hours of runs whose records could never be published
-        off_schedule = schedule_refusal(job.spec.method.name, job.spec.privacy.call_seconds)
-        if off_schedule:
-            raise PublicationRefused(off_schedule)
     grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
     variant_of: dict[str, str | None] = {}
     for job, run_key, record in run_jobs(

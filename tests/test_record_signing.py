@@ -293,3 +293,14 @@ def test_a_submitted_files_method_is_third_party_and_a_built_in_is_not(tmp_path)
     assert not METHODS.is_reviewed("schedule_probe")  # a submitted file
     assert not METHODS.is_reviewed("never_registered")  # e.g. at a maintainer's verify
     assert METHODS.is_reviewed("dp_fedavg")  # built in
+
+
+def test_a_grid_of_third_party_code_off_the_schedule_is_refused_before_it_runs():
+    from leaderboard.catalog import get_suite
+    from leaderboard.suites import check_schedules, on_schedule
+
+    suite = get_suite("tiny")
+    with pytest.raises(PublicationRefused, match="their_method is third-party code"):
+        check_schedules(suite, ["their_method"])
+    check_schedules(on_schedule(suite, ["their_method"], 30.0), ["their_method"])
+    check_schedules(suite)  # the suite's own methods are built in
