@@ -489,6 +489,36 @@ class RefusedRerun(Adversary):
         ).noisy_sum
 
 
+def read_files(client, payload):
+    """Client side: read the files ``payload`` names (the choice could follow the data)."""
+    for path in payload:
+        Path(path).read_bytes()
+    return mean_length(client, payload)
+
+
+@register("adv_page_cache")
+class PageCache(Adversary):
+    """Client code reads some of a list of files that are out of the page cache; after the
+    call the method process times its own first read of each, and releases the fastest
+    half: the files client code read (the page cache as a channel, found in issue 33)."""
+
+    configs = {"tiny": {"files": [], "read": []}}
+    client_fn = staticmethod(read_files)
+
+    def payload(self, ctx):
+        return self.config["read"]
+
+    def attack(self, ctx):
+        import time
+
+        took = {}
+        for path in self.config["files"]:
+            began = time.perf_counter()
+            Path(path).read_bytes()
+            took[path] = time.perf_counter() - began
+        return sorted(took, key=took.get)[: len(took) // 2]
+
+
 # --- issue 33: channels out of the client worker, state, the corpus, processes left over ----
 
 ABSTRACT_NAME, SHM_KEY, MQ_NAME = b"\0fedsynth-adv", 0xFED5, b"/fedsynth-adv"

@@ -125,6 +125,24 @@ def test_a_client_functions_reads_leave_no_access_time_the_method_can_see(tmp_pa
     assert result.artifact.texts == ["atime: bit 0"]
 
 
+@pytest.mark.slow  # a channel shown open (docs/architecture.md, "Not closed")
+def test_the_page_cache_tells_which_files_client_code_read(tmp_path):
+    """Files every sandbox may read, dropped from the page cache here; client code reads
+    half of them; the method process's own first reads are fast exactly for that half."""
+    package = Path(np.__file__).parent
+    tests = (str(p) for p in package.glob("*/tests/test_*.py"))  # never imported
+    files = sorted(tests, key=os.path.getsize)[-16:]  # large: a cold read takes ~5x here
+    for path in files:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    read = files[::2]
+    result = go(tmp_path, spec("adv_page_cache", {"files": files, "read": read}))
+    assert sorted(result.artifact.texts) == sorted(read)
+
+
 @needs_namespaces
 def test_the_method_process_sees_no_process_of_the_host(tmp_path):
     """Through the host's /proc a method process could ``stat`` other processes' entries
