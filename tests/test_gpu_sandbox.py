@@ -80,6 +80,9 @@ def test_cpu_run_policy_and_environment_stay_closed(monkeypatch, tmp_path: Path)
     assert policy.read_write == (tmp_path,) and policy.devices == ()
     everything = (*policy.read_only, *policy.read_write, *policy.list_only)
     assert not [p for p in everything if "nvidia" in str(p) or p == SHM]
+    assert not [p for p in everything if p == Path("/sys") or p.parts[1:2] == ("proc",)
+                and p not in (Path("/proc/self"), Path("/proc/cpuinfo"))]  # fmt: skip
+    assert Path("/sys/devices/system/cpu/online") in policy.read_only  # the CPU lists only
     env = child_env()
     assert not set(env) & set(CUDA_VARS) and not set(env) & set(SECRETS)
     assert json.loads(sandbox_environment(policy, tmp_path)[SANDBOX_ENV])["gpu"] is False
@@ -102,6 +105,7 @@ def test_gpu_run_policy_admits_the_devices_driver_and_libraries(
     assert Path("/proc/driver/nvidia") in policy.read_only
     assert Path("/usr/local/nvidia/lib64") in policy.read_only
     assert Path("/usr/local/cuda") in policy.read_only
+    assert Path("/sys") in policy.read_only  # NVML reads the PCI devices there
     assert Policy.from_json(policy.to_json()) == policy
     env = child_env(gpu=True)
     assert {k: env[k] for k in CUDA_VARS} == CUDA_VARS
