@@ -45,13 +45,11 @@ def publication_refusal(document: dict[str, Any]) -> str | None:
     verify`` refuses it, else None: its canary audit refutes its ε, or it ran a method that
     is not built in off the public schedule (a tuning report names no method: its
     candidates' records are checked one by one)."""
-    method = document.get("method")
-    if not isinstance(method, dict):
-        return canary_refutation(document)
+    refuted, method = canary_refutation(document), document.get("method")
+    if refuted or not isinstance(method, dict):
+        return refuted
     privacy = document.get("spec", {}).get("privacy", {})
-    return canary_refutation(document) or schedule_refusal(
-        method["name"], privacy.get("call_seconds")
-    )
+    return schedule_refusal(method["name"], privacy.get("call_seconds"))
 
 
 def schedule_refusal(method: str, call_seconds: float | None) -> str | None:

@@ -243,7 +243,7 @@ def test_a_method_is_described_once_per_question(tmp_path, monkeypatch):
     plugin.write_text("# version 1\n")
 
     def resolve(params, plugin=None):
-        s = spec("public_only") if params is None else spec("dp_fedavg", params)
+        s = spec("public_only", params)
         return IsolatedLaunch(s, make_split(), StubProfile(), plugin).resolve()
 
     first = resolve(None)
