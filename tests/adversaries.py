@@ -489,10 +489,20 @@ class RefusedRerun(Adversary):
         ).noisy_sum
 
 
-def read_files(client, payload):
-    """Client side: read the files ``payload`` names (the choice could follow the data)."""
-    for path in payload:
+def touch(how, path):
+    """Read a file (``how == "read"``) or look a name up (``"stat"``; most do not exist)."""
+    if how == "read":
         Path(path).read_bytes()
+        return
+    with contextlib.suppress(FileNotFoundError):
+        os.stat(path)
+
+
+def touch_paths(client, payload):
+    """Client side: touch the paths ``payload`` names (the choice could follow the data)."""
+    how, paths = payload
+    for path in paths:
+        touch(how, path)
     return mean_length(client, payload)
 
 
@@ -502,21 +512,34 @@ class PageCache(Adversary):
     call the method process times its own first read of each, and releases the fastest
     half: the files client code read (the page cache as a channel, found in issue 33)."""
 
+    how = "read"
     configs = {"tiny": {"files": [], "read": []}}
-    client_fn = staticmethod(read_files)
+    client_fn = staticmethod(touch_paths)
 
     def payload(self, ctx):
-        return self.config["read"]
+        return [self.how, self.config["read"]]
 
     def attack(self, ctx):
         import time
 
         took = {}
-        for path in self.config["files"]:
-            began = time.perf_counter()
-            Path(path).read_bytes()
-            took[path] = time.perf_counter() - began
+        files = self.config["files"]
+        if files:  # the first lookup is slow whatever the cache holds: one of another name
+            touch("stat", os.path.join(os.path.dirname(files[0]), os.urandom(8).hex()))
+        for path in files:
+            began = time.perf_counter_ns()
+            touch(self.how, path)
+            took[path] = time.perf_counter_ns() - began
         return sorted(took, key=took.get)[: len(took) // 2]
+
+
+@register("adv_lookups")
+class Lookups(PageCache):
+    """The same with names that do not exist: client code looks some up, which leaves
+    negative entries in the kernel's directory cache, and the method process's own
+    lookups of those names are faster (found in issue 33)."""
+
+    how = "stat"
 
 
 # --- issue 33: channels out of the client worker, state, the corpus, processes left over ----

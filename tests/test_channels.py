@@ -5,7 +5,9 @@ message queue and a lock on a file both sandboxes read, between the client worke
 method process (class 2); state a recomputation leaves for a later one (class 3); the
 corpus the split was cut from and the builders' raw source caches (class 6); daemons that
 outlive the run (class 8); the access time of a file every sandbox reads (a class found
-here); the host's counters client code moves (found here)."""
+here); the host's counters client code moves (found here); the page cache of files both
+read (found here, closed on the public schedule) and the directory cache's entries for
+names that do not exist (found here, shown open)."""
 
 import contextlib
 import dataclasses
@@ -57,6 +59,13 @@ def spec(method, params=None):
             "seed": 5,
         }
     )
+
+
+def scheduled(method, params, call_seconds=10):
+    """``spec`` on the public schedule (``privacy.call_seconds``)."""
+    data = spec(method, params).to_dict()
+    data["privacy"]["call_seconds"] = call_seconds
+    return spec_from_dict(data)
 
 
 def go(tmp_path, s, split=None):
@@ -125,10 +134,8 @@ def test_a_client_functions_reads_leave_no_access_time_the_method_can_see(tmp_pa
     assert result.artifact.texts == ["atime: bit 0"]
 
 
-@pytest.mark.slow  # a channel shown open (docs/architecture.md, "Not closed")
-def test_the_page_cache_tells_which_files_client_code_read(tmp_path):
-    """Files every sandbox may read, dropped from the page cache here; client code reads
-    half of them; the method process's own first reads are fast exactly for that half."""
+def _cold_files() -> list[str]:
+    """16 files every sandbox may read and nothing imports, dropped from the page cache."""
     package = Path(np.__file__).parent
     tests = (str(p) for p in package.glob("*/tests/test_*.py"))  # never imported
     files = sorted(tests, key=os.path.getsize)[-16:]  # large: a cold read takes ~5x here
@@ -138,9 +145,39 @@ def test_the_page_cache_tells_which_files_client_code_read(tmp_path):
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)
+    return files
+
+
+@pytest.mark.slow  # the channel the next test closes, shown open
+def test_without_a_schedule_the_page_cache_tells_which_files_client_code_read(tmp_path):
+    """Client code reads half of the cold files; the method process's own first reads
+    are fast exactly for that half."""
+    files = _cold_files()
     read = files[::2]
     result = go(tmp_path, spec("adv_page_cache", {"files": files, "read": read}))
     assert sorted(result.artifact.texts) == sorted(read)
+
+
+def test_on_the_schedule_the_page_cache_tells_nothing(tmp_path):
+    """On the public schedule every file the method process may read is resident before
+    it starts and again after each call (``page_cache.keep_resident``): its first reads
+    are all fast, and the fastest half is the half client code read by chance only
+    (1 in 12,870)."""
+    files = _cold_files()
+    read = files[::2]
+    result = go(tmp_path, scheduled("adv_page_cache", {"files": files, "read": read}))
+    assert sorted(result.artifact.texts) != sorted(read)
+
+
+@pytest.mark.slow  # a channel shown open (docs/architecture.md, "Not closed")
+def test_even_on_the_schedule_lookups_of_missing_names_tell_which_client_code_made(tmp_path):
+    """Looking up a name that does not exist leaves a negative entry in the kernel's
+    directory cache, which no walk of the read set restores: the method process's own
+    lookups are faster for the names client code looked up."""
+    names = [f"/etc/fedsynth-probe-{os.urandom(8).hex()}" for _ in range(128)]
+    looked_up = names[::2]
+    result = go(tmp_path, scheduled("adv_lookups", {"files": names, "read": looked_up}))
+    assert len(set(result.artifact.texts) & set(looked_up)) >= 48  # of 64; chance: 32 +- 4
 
 
 @needs_namespaces

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmark.isolation.sandbox import interpreter_paths, landlock_abi
+from benchmark.isolation.sandbox import interpreter_paths, landlock_abi, loader_directories
 
 REPO = Path(__file__).resolve().parent.parent
 ABI = landlock_abi()
@@ -102,6 +102,25 @@ def test_interpreter_paths_leave_out_cwd_tmp_and_checkouts() -> None:
     for excluded in (Path.cwd(), REPO, Path("/tmp"), Path("/dev/shm"), Path("")):
         assert excluded not in paths
     assert Path(sys.prefix) in paths
+
+
+def test_of_the_system_only_the_loaders_directories_and_data_are_read() -> None:
+    """Not /usr, /lib or /bin whole: on a merged /usr they hold compilers, JDKs, browsers."""
+    paths = interpreter_paths()
+    for whole in ("/usr", "/lib", "/bin", "/usr/lib", "/usr/share"):
+        assert Path(whole) not in paths
+    assert Path("/etc") in paths
+    libc = next(p for p in Path("/proc/self/maps").read_text().split() if "/libc.so" in p)
+    assert any(Path(libc).is_relative_to(p) for p in paths)  # the loader finds it there
+
+
+def test_loader_directories_follow_the_configurations_includes(tmp_path: Path) -> None:
+    (tmp_path / "conf.d").mkdir()
+    (tmp_path / "conf.d" / "a.conf").write_text("/opt/a/lib  # a comment\n\n")
+    (tmp_path / "conf.d" / "b.conf").write_text("include ../main.conf\n/opt/b/lib\n")
+    (tmp_path / "main.conf").write_text("# top\ninclude conf.d/*.conf\n/usr/local/lib\n")
+    found = loader_directories(tmp_path / "main.conf")
+    assert found[:3] == (Path("/opt/a/lib"), Path("/opt/b/lib"), Path("/usr/local/lib"))
 
 
 @needs_landlock

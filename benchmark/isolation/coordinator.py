@@ -30,6 +30,7 @@ from benchmark.federation.pool import ClientPool
 from benchmark.isolation.bounds import RequestBoundError, RequestBounds
 from benchmark.isolation.client_process import LAUNCH, PRIVATE_LOG, ClientFunctionError, child_env
 from benchmark.isolation.corpus import denied_paths
+from benchmark.isolation.page_cache import keep_resident
 from benchmark.isolation.sandbox import (
     Policy,
     gpu_access,
@@ -133,6 +134,9 @@ class MethodProcess:
         bounds: RequestBounds | None = None,
         call_seconds: float | None = None,
     ) -> None:
+        self._read_set = policy.read_only  # on the schedule, kept resident (.page_cache)
+        if call_seconds is not None:
+            keep_resident(self._read_set)
         ours, theirs = wire.stream_pair()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", LAUNCH, "method", str(theirs.fileno())],
@@ -184,13 +188,16 @@ class MethodProcess:
         method process stopped meanwhile (``SIGSTOP`` to its process group: no thread of it
         can measure the client side's load), and its answer held until ``call_seconds``
         after the request, so neither its clocks nor its progress tell how long client code
-        took. Work past the schedule stops the run: a late answer would tell."""
+        took; before it runs again, every file it may read is resident once more
+        (:func:`~.page_cache.keep_resident`), so neither do its reads. Work past the
+        schedule stops the run: a late answer would tell."""
         if self.call_seconds is None:
             yield
             return
         self._signal(signal.SIGSTOP)
         try:
             yield
+            keep_resident(self._read_set)
             late = time.perf_counter() - began - self.call_seconds
             if late > 0:
                 raise PrivacyError(

@@ -357,7 +357,13 @@ def restrict(policy: Policy) -> bool:
     return True
 
 
-_SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/bin", "/etc")
+# Of the system, what the interpreter and the libraries it loads need: the loader (/lib64)
+# and the directories it loads from (loader_directories), the configuration (/etc), the
+# locale and time zone data. Not the rest of /usr (compilers, other runtimes, programs):
+# least privilege, and every file readable to both client code and a method process must
+# be kept resident on the schedule (.page_cache).
+_SYSTEM_PATHS = ("/lib64", "/etc", "/usr/lib/locale", "/usr/share/locale", "/usr/share/zoneinfo")
+_LOADER_CONFIG = Path("/etc/ld.so.conf")
 # Not all of /proc: Landlock's ptrace scoping does not stop reading /proc/<pid>/environ, maps
 # or cmdline of other same-user processes (measured on 6.18), and the harness's environment
 # may hold tokens. /proc/self resolves, when restrict() opens it, to this process's own pid
@@ -394,8 +400,42 @@ def interpreter_paths() -> tuple[Path, ...]:
     paths = [Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)]
     paths.append(Path(os.path.realpath(sys.executable)).parent)
     paths += [Path(e) for e in sys.path if e and _is_package_dir(Path(e))]  # '' is the cwd
-    paths += [Path(p) for p in _SYSTEM_PATHS + _PROC_PATHS + _CPU_LISTS + _DEVICES]
+    paths += [Path(p) for p in _SYSTEM_PATHS] + list(loader_directories())
+    paths += [Path(p) for p in _PROC_PATHS + _CPU_LISTS + _DEVICES]
     return tuple(dict.fromkeys(p for p in paths if p.exists()))
+
+
+def loader_directories(config: Path = _LOADER_CONFIG) -> tuple[Path, ...]:
+    """The directories the dynamic loader loads shared libraries from: those its
+    configuration names (``include`` globs followed, as ``ldconfig`` does), and the
+    trusted defaults' architecture directories. ``/lib`` and ``/usr/lib`` themselves are
+    not among them: on a merged ``/usr`` they hold other runtimes (a JDK, browsers)."""
+    found: list[Path] = []
+    _read_loader_config(config, found, set())
+    triplet = sysconfig.get_config_var("MULTIARCH") or ""
+    if triplet:
+        found += [Path("/lib") / triplet, Path("/usr/lib") / triplet]
+    return tuple(dict.fromkeys(p for p in found if p.is_absolute()))
+
+
+def _read_loader_config(config: Path, found: list[Path], seen: set[Path]) -> None:
+    config = config.resolve()  # an include names it relative to the including file
+    if config in seen:
+        return
+    seen.add(config)
+    try:
+        lines = config.read_text().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        words = line.split("#", 1)[0].split()
+        if words[:1] == ["include"]:
+            for pattern in words[1:]:
+                base = Path(pattern) if Path(pattern).is_absolute() else config.parent / pattern
+                for included in sorted(base.parent.glob(base.name)):
+                    _read_loader_config(included, found, seen)
+        elif words:
+            found.append(Path(words[0]))
 
 
 # --- the accelerator: what a GPU run's untrusted processes may open besides -----------------

@@ -1,0 +1,66 @@
+"""The page cache of a method process's read set, kept whole on the schedule (issue 33):
+``benchmark.isolation.page_cache``. The end-to-end check is in ``tests/test_channels.py``."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from benchmark.isolation import page_cache
+from benchmark.privacy.errors import PrivacyError
+
+
+def _evicted(tmp_path: Path, name: str, size: int) -> Path:
+    path = tmp_path / name
+    path.write_bytes(os.urandom(size))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # written pages are dirty: the kernel keeps those
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    return path
+
+
+def _resident(path: Path) -> int:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return page_cache.resident_pages(fd, path.stat().st_size)
+    finally:
+        os.close(fd)
+
+
+def test_every_page_of_the_read_set_is_resident_after_it(tmp_path):
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    files = [_evicted(tmp_path / "a", "one", 300_000), _evicted(tmp_path / "a" / "b", "two", 5)]
+    assert _resident(files[0]) < 300_000 // 4096  # evicted here (a tmpfs would keep it)
+    found = page_cache.keep_resident([tmp_path / "a"])
+    assert [_resident(f) for f in files] == [74, 1]
+    assert (found.files, found.total_bytes) == (2, 300_005)
+    assert page_cache.keep_resident([tmp_path / "a"]).read_back_bytes == 0  # all there
+
+
+def test_mincore_and_cachestat_agree(tmp_path):
+    path = _evicted(tmp_path, "f", 64 * 4096)
+    with path.open("rb") as f:
+        f.seek(8 * 4096)
+        f.read(4096)
+        counted = page_cache.resident_pages(f.fileno(), 64 * 4096)
+        assert counted == page_cache._mincore(f.fileno(), 64 * 4096)
+
+
+def test_roots_are_walked_once_and_links_not_followed(tmp_path):
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "x.so").write_bytes(b"x")
+    (tmp_path / "outside").write_bytes(b"y")
+    (tmp_path / "lib" / "link").symlink_to(tmp_path / "outside")
+    (tmp_path / "alias").symlink_to(tmp_path / "lib")  # as /lib is /usr/lib
+    roots = [tmp_path / "alias", tmp_path / "lib", tmp_path / "lib" / "x.so"]
+    assert list(page_cache.regular_files(roots)) == [str(tmp_path / "lib" / "x.so")]
+
+
+def test_a_read_set_the_memory_cannot_hold_stops_the_run(tmp_path, monkeypatch):
+    _evicted(tmp_path, "f", 8192)
+    monkeypatch.setattr(page_cache, "resident_pages", lambda fd, size: 0)  # always evicted
+    with pytest.raises(PrivacyError, match="could not hold the method process's read set"):
+        page_cache.keep_resident([tmp_path])
