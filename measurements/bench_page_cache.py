@@ -1,0 +1,71 @@
+"""What keeping a method process's read set resident costs (issue 33, the page cache).
+
+Measured, for the read set a method process gets here (``coordinator.policy_for``):
+
+- ``files`` and ``bytes``: what :func:`benchmark.isolation.page_cache.keep_resident` walks;
+- ``resident_pass_s``: a pass that finds everything resident (best of ``--repeats``): what
+  each pool call on the public schedule adds inside its slot;
+- ``from_cold_s`` (with ``--cold``): the pass after every file of the read set was dropped
+  from the page cache (``POSIX_FADV_DONTNEED``; pages other processes map stay): what the
+  first scheduled run on a host pays. It slows the host's other work meanwhile.
+
+Run: ``.venv/bin/python measurements/bench_page_cache.py [--cold] [--json out.json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+from pathlib import Path
+
+from benchmark.isolation.coordinator import harness_code, policy_for
+from benchmark.isolation.page_cache import keep_resident, regular_files
+
+
+def _drop(files: list[str]) -> None:
+    for path in files:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cold", action="store_true", help="Also time a pass from cold.")
+    parser.add_argument("--json", type=Path, help="Also write the numbers to this file.")
+    args = parser.parse_args()
+
+    roots = policy_for(harness_code(), []).read_only
+    report: dict[str, object] = {
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cpus",
+        "kernel": platform.release(),
+    }
+    if args.cold:
+        _drop(list(regular_files(roots)))
+        started = time.perf_counter()
+        found = keep_resident(roots)
+        report |= {"from_cold_s": time.perf_counter() - started}
+        report |= {"read_back_bytes": found.read_back_bytes}
+    best = float("inf")
+    for _ in range(args.repeats):
+        started = time.perf_counter()
+        found = keep_resident(roots)
+        best = min(best, time.perf_counter() - started)
+    report |= {"files": found.files, "bytes": found.total_bytes, "resident_pass_s": best}
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
