@@ -134,9 +134,9 @@ class MethodProcess:
         bounds: RequestBounds | None = None,
         call_seconds: float | None = None,
     ) -> None:
-        self._read_set = policy.read_only  # on the schedule, kept resident (.page_cache)
+        self._policy = policy  # on the schedule, what it may read is kept resident
         if call_seconds is not None:
-            keep_resident(self._read_set)
+            keep_resident(policy.read_only, policy.list_only)
         ours, theirs = wire.stream_pair()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", LAUNCH, "method", str(theirs.fileno())],
@@ -197,7 +197,7 @@ class MethodProcess:
         self._signal(signal.SIGSTOP)
         try:
             yield
-            keep_resident(self._read_set)
+            keep_resident(self._policy.read_only, self._policy.list_only)
             late = time.perf_counter() - began - self.call_seconds
             if late > 0:
                 raise PrivacyError(

@@ -16,6 +16,7 @@ inside the call's slot. Linux only: ``cachestat`` (6.5+), else ``mincore`` on a 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
@@ -69,7 +70,7 @@ def _mincore(fd: int, size: int) -> int:
         vector = (ctypes.c_ubyte * pages)()
         if _libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(size), vector) != 0:
             return 0
-        return sum(v & 1 for v in vector)
+        return pages - bytes(vector).count(0)  # the kernel sets bit 0 only
     finally:
         _libc.munmap(ctypes.c_void_p(address), ctypes.c_size_t(size))
 
@@ -165,11 +166,15 @@ def _pass(files: Iterable[str], buffer: bytearray | None) -> tuple[int, int, int
     return total, missing, read_back
 
 
-def keep_resident(roots: Iterable[Path]) -> Residency:
-    """Make every page of every file beneath ``roots`` resident; where any had to be read
-    back, check in a second pass that all stayed (reading can evict what came before).
-    Raises :class:`PrivacyError` where the host's memory cannot hold them all (client code
-    could then tell files apart by what was evicted)."""
+def keep_resident(roots: Iterable[Path], listed: Iterable[Path] = ()) -> Residency:
+    """Make every page of every file beneath ``roots`` resident, and the directories
+    ``listed`` (those a policy lets be listed, not read) listed once; where any page had to
+    be read back, check in a second pass that all stayed (reading can evict what came
+    before). Raises :class:`PrivacyError` where the host's memory cannot hold them all
+    (client code could then tell files apart by what was evicted)."""
+    for directory in listed:
+        with contextlib.suppress(OSError):
+            os.listdir(directory)
     files = list(regular_files(roots))
     total, _, read_back = _pass(files, bytearray(_CHUNK))
     missing = _pass(files, None)[1] if read_back else 0
