@@ -490,12 +490,19 @@ class RefusedRerun(Adversary):
 
 
 def touch(how, path):
-    """Read a file (``how == "read"``) or look a name up (``"stat"``; most do not exist)."""
+    """Read a file (``how == "read"``), drop its pages from the page cache (``"evict"``)
+    or look a name up (``"stat"``; most do not exist)."""
     if how == "read":
         Path(path).read_bytes()
-        return
-    with contextlib.suppress(FileNotFoundError):
-        os.stat(path)
+    elif how == "evict":
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.stat(path)
 
 
 def touch_paths(client, payload):
@@ -512,7 +519,7 @@ class PageCache(Adversary):
     call the method process times its own first read of each, and releases the fastest
     half: the files client code read (the page cache as a channel, found in issue 33)."""
 
-    how = "read"
+    how = probe = "read"  # what client code does to its files; how the method times all
     configs = {"tiny": {"files": [], "read": []}}
     client_fn = staticmethod(touch_paths)
 
@@ -528,7 +535,7 @@ class PageCache(Adversary):
             touch("stat", os.path.join(os.path.dirname(files[0]), os.urandom(8).hex()))
         for path in files:
             began = time.perf_counter_ns()
-            touch(self.how, path)
+            touch(self.probe, path)
             took[path] = time.perf_counter_ns() - began
         return sorted(took, key=took.get)[: len(took) // 2]
 
@@ -539,7 +546,15 @@ class Lookups(PageCache):
     negative entries in the kernel's directory cache, and the method process's own
     lookups of those names are faster (found in issue 33)."""
 
-    how = "stat"
+    how = probe = "stat"
+
+
+@register("adv_evictions")
+class Evictions(PageCache):
+    """Client code drops some files from the page cache (``POSIX_FADV_DONTNEED``, which
+    any reader may ask); the method process's first reads are slow for exactly those."""
+
+    how = "evict"
 
 
 # --- issue 33: channels out of the client worker, state, the corpus, processes left over ----

@@ -61,6 +61,27 @@ def test_roots_are_walked_once_and_links_not_followed(tmp_path):
 
 def test_a_read_set_the_memory_cannot_hold_stops_the_run(tmp_path, monkeypatch):
     _evicted(tmp_path, "f", 8192)
-    monkeypatch.setattr(page_cache, "resident_pages", lambda fd, size: 0)  # always evicted
-    with pytest.raises(PrivacyError, match="could not hold the method process's read set"):
+    monkeypatch.setattr(page_cache, "resident_pages", lambda fd, size, may_map: 0)  # always evicted
+    monkeypatch.setattr(page_cache, "_POLL_TRIES", 2)
+    with pytest.raises(PrivacyError, match=r"8,192 of 8,192 bytes .* could not be made"):
         page_cache.keep_resident([tmp_path])
+
+
+def test_a_file_whose_access_time_it_may_not_keep_is_brought_back_unread(tmp_path, monkeypatch):
+    """Where ``O_NOATIME`` is refused (a file the coordinator does not own), a read would
+    move the access time of a file client code evicted; read-ahead does not."""
+    path = _evicted(tmp_path, "f", 300_000)
+    os.utime(path, ns=(10**18, path.stat().st_mtime_ns))  # older than its mtime: a read moves it
+    monkeypatch.setattr(page_cache, "_open", lambda name: (os.open(name, os.O_RDONLY), False))
+    assert page_cache.keep_resident([tmp_path]).read_back_bytes == 300_000
+    assert _resident(path) == 74 and path.stat().st_atime_ns == 10**18
+
+
+def test_a_short_count_from_cachestat_is_checked_through_a_mapping(tmp_path, monkeypatch):
+    """On an overlay (a container's root) ``cachestat`` sees none of the real file's pages."""
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 8192)
+    monkeypatch.setattr(page_cache, "_cachestat", lambda fd: 0)
+    with path.open("rb") as f:
+        f.read()
+        assert page_cache.resident_pages(f.fileno(), 8192) == 2

@@ -20,16 +20,18 @@ import contextlib
 import ctypes
 import mmap
 import os
+import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmark.privacy.errors import PrivacyError
 
-_SYS_CACHESTAT = 451  # x86_64
+_SYS_CACHESTAT = 451  # the same number on every architecture (Linux 6.5+)
 _PAGE = mmap.PAGESIZE
 _CHUNK = 1 << 20
 _PSEUDO = ("/proc", "/sys", "/dev")  # no page cache behind them
+_POLL_S, _POLL_TRIES = 0.05, 200  # read-ahead (not a read: see _read_back) lands within 10 s
 
 
 class _Range(ctypes.Structure):
@@ -60,35 +62,44 @@ def _cachestat(fd: int) -> int | None:
     return result.cache
 
 
-def _mincore(fd: int, size: int) -> int:
-    """Resident pages of the open file ``fd`` of ``size`` bytes, through a mapping."""
+def _mincore(fd: int, size: int) -> int | None:
+    """Resident pages of the open file ``fd`` of ``size`` bytes, through a mapping; None
+    where it cannot be mapped."""
     pages = -(-size // _PAGE)
     address = _libc.mmap(None, ctypes.c_size_t(size), _PROT_READ, _MAP_SHARED, fd, 0)
     if address in (None, _MAP_FAILED):
-        return 0
+        return None
     try:
         vector = (ctypes.c_ubyte * pages)()
         if _libc.mincore(ctypes.c_void_p(address), ctypes.c_size_t(size), vector) != 0:
-            return 0
+            return None
         return pages - bytes(vector).count(0)  # the kernel sets bit 0 only
     finally:
         _libc.munmap(ctypes.c_void_p(address), ctypes.c_size_t(size))
 
 
-def resident_pages(fd: int, size: int) -> int:
-    """How many of the open file's pages are in the page cache."""
+def resident_pages(fd: int, size: int, may_map: bool = True) -> int | None:
+    """How many of the open file's pages are in the page cache; None where it cannot be
+    told. ``cachestat`` first; a short count is checked through a mapping, which an
+    overlay file system (a container's root) redirects to the real file, whose pages
+    ``cachestat`` on the overlay does not see. Mapping moves the access time of a file
+    not opened ``O_NOATIME``: pass ``may_map=False`` for those."""
     found = _cachestat(fd)
-    return _mincore(fd, size) if found is None else found
+    if (found is not None and found >= -(-size // _PAGE)) or not may_map:
+        return found
+    mapped = _mincore(fd, size)
+    return found if mapped is None else mapped
 
 
 def regular_files(roots: Iterable[Path]) -> Iterator[str]:
     """Every regular file beneath ``roots`` (or a root that is one), each once: a root
     beneath another, or a link to one (``/lib`` to ``/usr/lib``), is walked with it. Links
-    inside are not followed (their targets are readable only where a rule names them, and
-    are walked there); ``scandir``'s entry types, so no ``stat`` per file."""
+    inside are looked up (their own entries, restored) but not followed: their targets are
+    readable only where a rule names them, and are walked there. ``scandir``'s entry types,
+    so no ``stat`` per file."""
     walked: list[str] = []
     for top in sorted({os.path.realpath(root) for root in roots}):
-        if top.startswith(_PSEUDO) or any(_within(top, done) for done in walked):
+        if any(_within(top, done) for done in (*_PSEUDO, *walked)):
             continue
         walked.append(top)
         if os.path.isfile(top):
@@ -101,16 +112,21 @@ def _within(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def _beneath(directory: str) -> Iterator[str]:
-    try:
-        entries = list(os.scandir(directory))
-    except OSError:
-        return
-    for entry in entries:
-        if entry.is_dir(follow_symlinks=False):
-            yield from _beneath(entry.path)
-        elif entry.is_file(follow_symlinks=False):
-            yield entry.path
+def _beneath(top: str) -> Iterator[str]:
+    pending = [top]
+    while pending:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_symlink():
+                with contextlib.suppress(OSError):
+                    os.readlink(entry.path)  # its entry, inode and target text
+            elif entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+            elif entry.is_file(follow_symlinks=False):
+                yield entry.path
 
 
 @dataclass(frozen=True)
@@ -122,67 +138,104 @@ class Residency:
     read_back_bytes: int
 
 
-def _open(path: str) -> int | None:
-    try:  # O_NOATIME: a pass must not move 200k access times (the owner or root only)
-        return os.open(path, os.O_RDONLY | os.O_NOATIME | os.O_CLOEXEC)
+@dataclass
+class _Pass:
+    total: int = 0
+    missing: int = 0  # bytes of pages not resident (or not known to be)
+    read_back: int = 0
+    short: list[str] = field(default_factory=list)  # the files with such pages
+
+
+_READ = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK  # never blocks on a FIFO put there
+
+
+def _open(path: str) -> tuple[int, bool] | None:
+    """The file open for reading, and whether reads of it keep its access time
+    (``O_NOATIME``: the owner's or root's only)."""
+    try:
+        return os.open(path, _READ | os.O_NOATIME), True
     except PermissionError:
         pass
     except OSError:
         return None
     try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return os.open(path, _READ), False
     except OSError:
         return None
 
 
-def _read_back(fd: int, size: int, buffer: bytearray) -> None:
+def _read_back(fd: int, size: int, keeps_atime: bool, buffer: bytearray) -> None:
+    """Bring the file's pages in: a read where it keeps the access time; else read-ahead
+    (``POSIX_FADV_WILLNEED``), which does not move it but lands later. A read that moved
+    the access time of a file client code had evicted would tell the method process
+    which (any process may ``stat`` it)."""
+    if not keeps_atime:
+        for offset in range(0, size, _CHUNK):
+            os.posix_fadvise(fd, offset, _CHUNK, os.POSIX_FADV_WILLNEED)
+        return
     view, offset = memoryview(buffer), 0
     while offset < size:
-        got = os.preadv(fd, [view], offset)
+        try:
+            got = os.preadv(fd, [view], offset)
+        except OSError:
+            return  # the check pass reports it
         if got <= 0:
             return
         offset += got
 
 
-def _pass(files: Iterable[str], buffer: bytearray | None) -> tuple[int, int, int]:
-    """One pass over ``files``: their bytes, the bytes not resident and, given a
-    ``buffer``, the bytes read back to make them so."""
-    total = missing = read_back = 0
+def _pass(files: Iterable[str], buffer: bytearray | None) -> _Pass:
+    """One pass over ``files``: what is not resident and, given a ``buffer``, read back."""
+    found = _Pass()
     for path in files:
-        fd = _open(path)
-        if fd is None:
+        opened = _open(path)
+        if opened is None:
             continue
+        fd, keeps_atime = opened
         try:
             size = os.fstat(fd).st_size
-            short = -(-size // _PAGE) - resident_pages(fd, size) if size else 0
-            total += size
+            pages = -(-size // _PAGE)
+            resident = resident_pages(fd, size, may_map=keeps_atime) if size else 0
+            found.total += size
+            short = pages if resident is None else pages - resident
             if short > 0:
-                missing += short * _PAGE
+                found.missing += short * _PAGE
+                found.short.append(path)
                 if buffer is not None:
-                    _read_back(fd, size, buffer)
-                    read_back += size
+                    _read_back(fd, size, keeps_atime, buffer)
+                    found.read_back += size
         finally:
             os.close(fd)
-    return total, missing, read_back
+    return found
 
 
 def keep_resident(roots: Iterable[Path], listed: Iterable[Path] = ()) -> Residency:
-    """Make every page of every file beneath ``roots`` resident, and the directories
-    ``listed`` (those a policy lets be listed, not read) listed once; where any page had to
-    be read back, check in a second pass that all stayed (reading can evict what came
-    before). Raises :class:`PrivacyError` where the host's memory cannot hold them all
+    """Make every page of every file beneath ``roots`` resident, and list the directories
+    ``listed`` (those a policy lets be listed, not read). Where any page had to be brought
+    back, wait until those are resident, then check in a last pass that all the others
+    stayed (bringing pages in can evict others). Raises :class:`PrivacyError` where that
+    fails: the host's memory cannot hold them all, or its file system does not tell
     (client code could then tell files apart by what was evicted)."""
     for directory in listed:
         with contextlib.suppress(OSError):
             os.listdir(directory)
     files = list(regular_files(roots))
-    total, _, read_back = _pass(files, bytearray(_CHUNK))
-    missing = _pass(files, None)[1] if read_back else 0
-    if missing:
+    first = _pass(files, bytearray(_CHUNK))
+    last = _Pass()
+    if first.read_back:
+        pending = first.short
+        for _ in range(_POLL_TRIES):
+            pending = _pass(pending, None).short
+            if not pending:
+                break
+            time.sleep(_POLL_S)
+        last = _pass(files, None)
+    if last.missing:
         raise PrivacyError(
-            f"the page cache could not hold the method process's read set ({missing:,} of "
-            f"{total:,} bytes stayed out after it was read back): on this host a method "
-            "process could tell which files client code read or evicted by how fast its "
-            "own reads are, so the run stops. Run it on a host with more free memory"
+            f"{last.missing:,} of {first.total:,} bytes of the method process's read set "
+            f"could not be made resident in the page cache (first: {last.short[0]}): the "
+            "host's memory cannot hold them, or its file system does not tell. A method "
+            "process could then tell which files client code read or evicted by how fast "
+            "its own reads are, so the run stops. Run it on a host with more free memory"
         )
-    return Residency(len(files), total, read_back)
+    return Residency(len(files), first.total, first.read_back)

@@ -227,6 +227,11 @@ _SELF_ONLY_SYSCALLS = {
     "sched_setattr": (314, 0), "prlimit64": (302, 0), "setpriority": (141, 1),
     "ioprio_set": (251, 1),
 }  # fmt: skip
+# Denied when their flags (argument 5) ask for RWF_NOWAIT: such a read fails exactly when
+# the pages are not in the page cache, a residency probe like mincore (plain preadv2, which
+# Python's os.preadv uses, stays allowed).
+_NOWAIT_SYSCALLS = {"preadv2": 327, "pwritev2": 328}
+_RWF_NOWAIT = 0x8
 _FCNTL = 72
 # fcntl commands denied: POSIX and open-file-description record locks (F_GETLK, F_SETLK,
 # F_SETLKW, F_OFD_*), leases and directory notifications
@@ -235,7 +240,7 @@ _AUDIT_ARCH_X86_64 = 0xC000003E
 _X32_SYSCALL_BIT = 0x40000000
 _SECCOMP_RET_ALLOW, _SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
-_BPF_LD_W_ABS, _BPF_JEQ, _BPF_JGE, _BPF_RET = 0x20, 0x15, 0x35, 0x06
+_BPF_LD_W_ABS, _BPF_JEQ, _BPF_JGE, _BPF_JSET, _BPF_RET = 0x20, 0x15, 0x35, 0x45, 0x06
 
 
 class _SockFilter(ctypes.Structure):
@@ -253,7 +258,8 @@ class _SockFprog(ctypes.Structure):
 
 def _seccomp_program() -> list[tuple[int, int, int, int]]:
     """The BPF program: deny (EPERM) every syscall of another ABI (i386, x32), those in
-    :data:`_DENIED_SYSCALLS`, the self-only ones aimed elsewhere and fcntl's lock commands;
+    :data:`_DENIED_SYSCALLS`, the self-only ones aimed elsewhere, fcntl's lock commands
+    and ``RWF_NOWAIT`` reads and writes;
     allow the rest. Jumps are relative, so the program is assembled back to front."""
     deny = (_BPF_RET, 0, 0, _SECCOMP_RET_ERRNO | errno.EPERM)
     allow = (_BPF_RET, 0, 0, _SECCOMP_RET_ALLOW)
@@ -267,10 +273,13 @@ def _seccomp_program() -> list[tuple[int, int, int, int]]:
     blocks.append([arg(1), *((_BPF_JEQ, "D", 0, cmd) for cmd in _FCNTL_DENIED), allow])
     for _number, index in _SELF_ONLY_SYSCALLS.values():
         blocks.append([arg(index), (_BPF_JEQ, 0, "D", 0), allow])
+    for _number in _NOWAIT_SYSCALLS.values():
+        blocks.append([arg(5), (_BPF_JSET, "D", 0, _RWF_NOWAIT), allow])
     head = [arch, (_BPF_JEQ, 1, 0, _AUDIT_ARCH_X86_64), (_BPF_RET, 0, 0, _SECCOMP_RET_ERRNO | 1)]
     head += [nr, (_BPF_JGE, "D", 0, _X32_SYSCALL_BIT)]
     head += [(_BPF_JEQ, "D", 0, n) for n in _DENIED_SYSCALLS.values()]
     dispatch = [_FCNTL, *(n for n, _ in _SELF_ONLY_SYSCALLS.values())]
+    dispatch += list(_NOWAIT_SYSCALLS.values())
     program = head + [(_BPF_JEQ, f"B{i}", 0, n) for i, n in enumerate(dispatch)] + [allow]
     starts = {}
     for i, block in enumerate(blocks):
