@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -25,6 +26,7 @@ import numpy as np
 import pytest
 from doubles import StubProfile, make_split
 
+from benchmark.isolation.containment import signal_tree
 from benchmark.isolation.sandbox import landlock_abi, seccomp_available
 from benchmark.privacy.errors import PrivacyError
 from benchmark.runner import run
@@ -61,7 +63,7 @@ def spec(method, params=None):
     )
 
 
-def scheduled(method, params, call_seconds=10):
+def scheduled(method, params, call_seconds=8):
     """``spec`` on the public schedule (``privacy.call_seconds``)."""
     data = spec(method, params).to_dict()
     data["privacy"]["call_seconds"] = call_seconds
@@ -151,7 +153,8 @@ def _cold_files() -> list[str]:
 @pytest.mark.slow  # the channel the next test closes, shown open
 def test_without_a_schedule_the_page_cache_tells_which_files_client_code_read(tmp_path):
     """Client code reads half of the cold files; the method process's own first reads
-    are fast exactly for that half."""
+    are fast exactly for that half. Run it alone: a scheduled run beside it makes the
+    whole read set resident, these files included."""
     files = _cold_files()
     read = files[::2]
     result = go(tmp_path, spec("adv_page_cache", {"files": files, "read": read}))
@@ -304,8 +307,9 @@ def chitchat_file():
 @needs_landlock
 def test_the_splits_corpus_and_the_raw_source_caches_are_unreadable(tmp_path, monkeypatch):
     """Server code and a client function each try the chitchat corpus (the split's
-    source) and a raw source cache: refused; a sibling package and the rest of the cache
-    read (the client function raises if any denied read goes through)."""
+    source), a raw source cache and the hub's access token: refused; a sibling package,
+    the rest of the cache and a hub model read (the client function raises if any denied
+    read goes through)."""
     cache = tmp_path / "cache"
     raw = cache / "sources" / "chitchat" / "records-x.jsonl"
     raw.parent.mkdir(parents=True)
@@ -313,12 +317,19 @@ def test_the_splits_corpus_and_the_raw_source_caches_are_unreadable(tmp_path, mo
     allowed = cache / "public_start" / "x.pt"  # a cache entry the sandbox may read
     allowed.parent.mkdir()
     allowed.write_text("public")
+    hub = tmp_path / "hub"  # the hub's access token, beside a model it may read
+    (hub / "hub" / "models--x").mkdir(parents=True)
+    (hub / "token").write_text("hf_secret")
+    model = hub / "hub" / "models--x" / "config.json"
+    model.write_text("{}")
     monkeypatch.setenv("FEDSYNTH_CACHE", str(cache))
-    denied = [str(chitchat_file()), str(raw)]
-    params = {"denied": denied, "allowed": [np.__file__, str(allowed)]}
+    monkeypatch.setenv("HF_HOME", str(hub))
+    denied = [str(chitchat_file()), str(raw), str(hub / "token")]
+    allowed = [np.__file__, str(allowed), str(model)]
+    params = {"denied": denied, "allowed": allowed}
     result = go(tmp_path / "runs", spec("adv_read_corpus", params), corpus_split())
     expected = [f"{p}: refused: PermissionError" for p in denied]
-    assert result.artifact.texts == expected + [f"{np.__file__}: read", f"{allowed}: read"]
+    assert result.artifact.texts == expected + [f"{p}: read" for p in allowed]
 
 
 # --- class 3: a recomputation carries nothing to a later one ------------------------------
@@ -350,6 +361,49 @@ def leaves_state(client, payload):
                     place.write_text("x")
         os._exit(0)
     return np.array([float(seen)])
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _until(check) -> bool:
+    for _ in range(100):
+        if check():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_a_stop_reaches_a_process_that_left_its_process_group():
+    """The schedule stops the client side and the method process in turn. A stop sent to
+    the process group alone misses a child client code moved into a session of its own
+    (``setsid``), which would run on beside the method process; ``signal_tree`` stops it."""
+    code = textwrap.dedent(
+        """
+        import os, time
+        if os.fork() == 0:
+            os.setsid()
+            print(os.getpid(), flush=True)
+        time.sleep(30)
+        """
+    )
+    command = [sys.executable, "-c", code]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, process_group=0)
+    escaped = int(proc.stdout.readline())
+    try:
+        os.killpg(proc.pid, signal.SIGSTOP)
+        assert _until(lambda: _state(proc.pid) == "T")
+        assert _state(escaped) == "S"  # the group's stop missed it
+        signal_tree(proc.pid, signal.SIGSTOP)
+        assert _until(lambda: _state(escaped) == "T")
+        signal_tree(proc.pid, signal.SIGCONT)
+        assert _until(lambda: _state(escaped) == "S" and _state(proc.pid) == "S")
+    finally:
+        for pid in (escaped, proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()
 
 
 @needs_landlock

@@ -18,9 +18,10 @@ refusal; the payload counts the records publish are declared by the method side,
 measured here. The worker's stdout and stderr (a client function's prints, the traceback of
 its exceptions) go to the run's private client log (``runs/<key>/client_private.log``),
 which only the coordinator's user can read: no method process, no record and no terminal
-shows them. Between calls the worker is stopped (``SIGSTOP`` to its process group), so a
-thread a client function leaves running cannot use the CPU while the method process
-computes, a contention channel to the method's own timing.
+shows them. Between calls the worker is stopped (``SIGSTOP`` to its process group and to
+every process below it, :func:`~benchmark.isolation.containment.signal_tree`), so a
+thread or a process a client function leaves running cannot use the CPU while the method
+process computes, a contention channel to the method's own timing.
 
 It starts from a fresh interpreter (:mod:`benchmark.isolation.launch`), which sandboxes
 itself first (:mod:`benchmark.isolation.sandbox`: read-only code and models, only its own
@@ -46,7 +47,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +56,14 @@ import numpy as np
 
 from benchmark.federation.client_errors import error_class
 from benchmark.isolation.bounds import RequestBounds
+from benchmark.isolation.containment import signal_tree
 from benchmark.isolation.sandbox import GPU_ENVIRONMENT, Policy, sandbox_environment
 from benchmark.privacy.errors import PrivacyError
 from benchmark.protocol import wire
+
+# What runs around a request that wakes the worker outside a pool call (its memos): nothing,
+# unless the method process puts it on its schedule (coordinator.MethodProcess).
+OUTSIDE_CALLS: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
 
 SHARED_BLOCK_BYTES = 1 << 25  # ... and come out of it in blocks of about this size
 
@@ -93,6 +100,7 @@ class ClientProcess:
         log: Path | None = None,
         bounds: RequestBounds | None = None,
     ) -> None:
+        self.outside_calls = OUTSIDE_CALLS
         ours, theirs = wire.stream_pair()
         self._rows_fd = os.memfd_create("fedsynth-rows", os.MFD_CLOEXEC)
         sandbox = sandbox_environment(policy, tmp_dir) if policy else {}
@@ -144,8 +152,7 @@ class ClientProcess:
         return header, blobs
 
     def _signal(self, number: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, number)
+        signal_tree(self.proc.pid, number)
 
     def rows(
         self, job: bytes, indices: list[int], seeds: list[int], batched: bool
@@ -211,12 +218,15 @@ class ClientProcess:
         """The clients' memos as a byte tensor (a checkpoint stores it unopened)."""
         import torch
 
-        self._request({"op": "memos"})
-        return torch.frombuffer(bytearray(self._blob()), dtype=torch.uint8)
+        with self.outside_calls():
+            self._request({"op": "memos"})
+            blob = self._blob()
+        return torch.frombuffer(bytearray(blob), dtype=torch.uint8)
 
     def load_memos(self, state: Any) -> None:
-        self._request({"op": "load_memos"}, state.numpy().tobytes())
-        self._answer()
+        with self.outside_calls():
+            self._request({"op": "load_memos"}, state.numpy().tobytes())
+            self._answer()
 
     def close(self) -> None:
         self._signal(signal.SIGCONT)  # a stopped worker cannot see its input end

@@ -33,6 +33,7 @@ from benchmark.checkpoints import pack_memos, unpack_memos
 from benchmark.isolation.client_process import (
     MALFORMED,
     NO_LOCAL_CLIENTS,
+    OUTSIDE_CALLS,
     ClientFunctionError,
     ClientProcess,
 )
@@ -97,6 +98,7 @@ class ShardedClients:
         join_ray()
         self._clients, self._policy, self._threads, self._tmp = clients, policy, threads, tmp
         self._log = log
+        self.outside_calls = OUTSIDE_CALLS  # the method process sets its schedule's
         self._starts = [
             int(r[0]) for r in np.array_split(np.arange(len(clients)), actors) if len(r)
         ]
@@ -159,7 +161,8 @@ class ShardedClients:
         """Every actor's memos in the single-worker format (a checkpoint stores it)."""
         import torch
 
-        blobs = _get([h.memos.remote() for h in self._hosts])
+        with self.outside_calls():
+            blobs = _get([h.memos.remote() for h in self._hosts])
         try:
             memos = [memo for blob in blobs for memo in unpack_memos(blob)]
         except Exception:  # the loader's message quotes what client code put there
@@ -169,12 +172,13 @@ class ShardedClients:
     def load_memos(self, state: Any) -> None:
         memos = unpack_memos(state.numpy().tobytes())
         ends = [*self._starts[1:], len(memos)]
-        _get(
-            [
-                h.load_memos.remote(pack_memos(memos[a:b]))
-                for h, a, b in zip(self._hosts, self._starts, ends, strict=True)
-            ]
-        )
+        with self.outside_calls():
+            _get(
+                [
+                    h.load_memos.remote(pack_memos(memos[a:b]))
+                    for h, a, b in zip(self._hosts, self._starts, ends, strict=True)
+                ]
+            )
 
     def close(self) -> None:
         import ray

@@ -19,6 +19,7 @@ refuses sockets and IPC objects, but a daemonised grandchild then outlives its p
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import select
@@ -172,3 +173,46 @@ def fork_contained() -> int:
     The parent must wait for the child; the namespace is dead once ``waitpid`` returns."""
     new_namespaces(CLONE_NEWPID)
     return os.fork()
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found += [int(child) for child in f.read().split()]
+        except OSError:
+            continue
+    return found
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below ``pid``, however it left its process group (``setsid``,
+    ``setpgid``): in a PID namespace an orphan is adopted by the namespace's init, so it
+    stays below. Empty where the kernel lists no children (``/proc/*/task/*/children``)."""
+    found: set[int] = set()
+    pending = [pid]
+    while pending:
+        for child in _children(pending.pop()):
+            if child not in found:
+                found.add(child)
+                pending.append(child)
+    return found
+
+
+def signal_tree(pid: int, number: int) -> None:
+    """Send ``number`` to ``pid``'s process group and to every process below ``pid``
+    (:func:`descendants`), until no new one appears: a stop must reach a process client
+    code moved into a session of its own, and one forked while the stops were sent."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, number)
+    signalled: set[int] = set()
+    while fresh := descendants(pid) - signalled:
+        for member in fresh:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(member, number)
+        signalled |= fresh

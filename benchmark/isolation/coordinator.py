@@ -29,6 +29,7 @@ from typing import Any
 from benchmark.federation.pool import ClientPool
 from benchmark.isolation.bounds import RequestBoundError, RequestBounds
 from benchmark.isolation.client_process import LAUNCH, PRIVATE_LOG, ClientFunctionError, child_env
+from benchmark.isolation.containment import signal_tree
 from benchmark.isolation.corpus import denied_paths
 from benchmark.isolation.page_cache import keep_resident
 from benchmark.isolation.sandbox import (
@@ -71,6 +72,9 @@ def _error_types() -> dict[str, Callable[[str], Exception]]:
     return {cls.__name__: cls for cls in (*kinds, UnsafeCheckpointError)}
 
 
+HUB_TOKENS = ("token", "stored_tokens")  # the hub's access tokens, under HF_HOME
+
+
 def policy_for(
     code: list[Path],
     read_write: list[Path],
@@ -81,7 +85,8 @@ def policy_for(
 ) -> Policy:
     """What an untrusted process may see: the interpreter, the harness's and the method's
     code, the model caches (read-only), and its own ``read_write`` directories; never the
-    builders' raw source caches nor ``denied`` (a split's corpus, :mod:`.corpus`). A GPU
+    builders' raw source caches, the hub's access tokens, nor ``denied`` (a split's corpus,
+    :mod:`.corpus`). A GPU
     run's process (``gpu``: :func:`runs_on_gpu`) may also open the GPU's device nodes and
     read the driver's state and CUDA's libraries (:func:`~.sandbox.gpu_access`). A process
     that runs ``client_code`` gets its scratch as a tmpfs of its own (``private_scratch``)."""
@@ -92,7 +97,7 @@ def policy_for(
     gpu_read, gpu_write = gpu_access() if gpu else ((), ())
     extra = tuple(readable or ())
     readable_paths = (*interpreter_paths(), *code, cache_dir(), hub, *extra, *gpu_read)
-    denied = (*denied, cache_dir() / "sources")
+    denied = (*denied, cache_dir() / "sources", *(hub / name for name in HUB_TOKENS))
     read_only, list_only = readable_except(readable_paths, denied)
     return Policy(read_only, tuple(read_write), list_only, gpu, gpu_write, client_code)
 
@@ -151,6 +156,8 @@ class MethodProcess:
         self._stream = ours.makefile("rwb")
         self._pool = pool
         self._clients = clients  # the pool's client executor: told each call's payload counts
+        if call_seconds is not None and clients is not None:  # its memos wake client code
+            clients.outside_calls = lambda: self._on_schedule(time.perf_counter())
         self.bounds = bounds or RequestBounds.from_environment()
         self.served_seconds = 0.0  # spent serving pool calls (not the method's own time)
         wire.send(self._stream, init, *blobs)
@@ -185,12 +192,14 @@ class MethodProcess:
     @contextlib.contextmanager
     def _on_schedule(self, began: float) -> Iterator[None]:
         """Serve a pool call on the run's public schedule (``privacy.call_seconds``): the
-        method process stopped meanwhile (``SIGSTOP`` to its process group: no thread of it
-        can measure the client side's load), and its answer held until ``call_seconds``
+        method process stopped meanwhile (``SIGSTOP`` to its process group and every process
+        below it, :func:`~.containment.signal_tree`: no thread of it can measure the client
+        side's load), and its answer held until ``call_seconds``
         after the request, so neither its clocks nor its progress tell how long client code
         took; before it runs again, every file it may read is resident once more
         (:func:`~.page_cache.keep_resident`), so neither do its reads. Work past the
-        schedule stops the run: a late answer would tell."""
+        schedule stops the run: a late answer would tell. A request that wakes client code
+        outside a pool call (its memos, for a checkpoint) takes a slot of its own."""
         if self.call_seconds is None:
             yield
             return
@@ -210,8 +219,7 @@ class MethodProcess:
             self._signal(signal.SIGCONT)
 
     def _signal(self, number: int) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, number)
+        signal_tree(self.proc.pid, number)
 
     def request(self, header: dict[str, Any], *blobs: bytes) -> wire.Message:
         wire.send(self._stream, header, *blobs)
