@@ -19,6 +19,8 @@ def _evicted(tmp_path: Path, name: str, size: int) -> Path:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+    if size > 4096 and _resident(path) == -(-size // 4096):
+        pytest.skip("this file system keeps a file's pages (tmpfs): nothing to bring back")
     return path
 
 
@@ -33,7 +35,6 @@ def _resident(path: Path) -> int:
 def test_every_page_of_the_read_set_is_resident_after_it(tmp_path):
     (tmp_path / "a" / "b").mkdir(parents=True)
     files = [_evicted(tmp_path / "a", "one", 300_000), _evicted(tmp_path / "a" / "b", "two", 5)]
-    assert _resident(files[0]) < 300_000 // 4096  # evicted here (a tmpfs would keep it)
     found = page_cache.keep_resident([tmp_path / "a"])
     assert [_resident(f) for f in files] == [74, 1]
     assert (found.files, found.total_bytes) == (2, 300_005)
