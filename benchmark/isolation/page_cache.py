@@ -25,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmark.isolation.sandbox import beneath
 from benchmark.privacy.errors import PrivacyError
 
 _SYS_CACHESTAT = 451  # the same number on every architecture (Linux 6.5+)
@@ -53,6 +54,10 @@ _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_
 _PROT_READ, _MAP_SHARED, _MAP_FAILED = 1, 1, ctypes.c_void_p(-1).value
 
 
+def _pages(size: int) -> int:
+    return -(-size // _PAGE)
+
+
 def _cachestat(fd: int) -> int | None:
     """Resident pages of the open file ``fd``; None where the kernel has no cachestat."""
     whole, result = _Range(0, 0), _Stat()
@@ -65,7 +70,7 @@ def _cachestat(fd: int) -> int | None:
 def _mincore(fd: int, size: int) -> int | None:
     """Resident pages of the open file ``fd`` of ``size`` bytes, through a mapping; None
     where it cannot be mapped."""
-    pages = -(-size // _PAGE)
+    pages = _pages(size)
     address = _libc.mmap(None, ctypes.c_size_t(size), _PROT_READ, _MAP_SHARED, fd, 0)
     if address in (None, _MAP_FAILED):
         return None
@@ -85,7 +90,7 @@ def resident_pages(fd: int, size: int, may_map: bool = True) -> int | None:
     ``cachestat`` on the overlay does not see. Mapping moves the access time of a file
     not opened ``O_NOATIME``: pass ``may_map=False`` for those."""
     found = _cachestat(fd)
-    if (found is not None and found >= -(-size // _PAGE)) or not may_map:
+    if (found is not None and found >= _pages(size)) or not may_map:
         return found
     mapped = _mincore(fd, size)
     return found if mapped is None else mapped
@@ -99,20 +104,16 @@ def regular_files(roots: Iterable[Path]) -> Iterator[str]:
     so no ``stat`` per file."""
     walked: list[str] = []
     for top in sorted({os.path.realpath(root) for root in roots}):
-        if any(_within(top, done) for done in (*_PSEUDO, *walked)):
+        if any(beneath(top, done) for done in (*_PSEUDO, *walked)):
             continue
         walked.append(top)
         if os.path.isfile(top):
             yield top
         elif os.path.isdir(top):
-            yield from _beneath(top)
+            yield from _files_below(top)
 
 
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def _beneath(top: str) -> Iterator[str]:
+def _files_below(top: str) -> Iterator[str]:
     pending = [top]
     while pending:
         try:
@@ -194,7 +195,7 @@ def _pass(files: Iterable[str], buffer: bytearray | None) -> _Pass:
         fd, keeps_atime = opened
         try:
             size = os.fstat(fd).st_size
-            pages = -(-size // _PAGE)
+            pages = _pages(size)
             resident = resident_pages(fd, size, may_map=keeps_atime) if size else 0
             found.total += size
             short = pages if resident is None else pages - resident

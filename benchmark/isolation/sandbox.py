@@ -516,7 +516,7 @@ def readable_except(
     return tuple(dict.fromkeys(kept)), tuple(dict.fromkeys(listed))
 
 
-def _beneath(path: str, root: str) -> bool:
+def beneath(path: str, root: str) -> bool:
     """Whether the real path ``path`` is ``root`` or lies below it (string prefixes: a
     policy walks thousands of entries, and pathlib's ``parents`` made that seconds)."""
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
@@ -527,9 +527,9 @@ def _readable_except(paths: tuple[Path, ...], denied: tuple[str, ...]) -> tuple[
     listed: list[Path] = []
     for path in paths:
         real = os.path.realpath(path)
-        if any(_beneath(real, d) for d in denied):
+        if any(beneath(real, d) for d in denied):
             continue
-        if any(_beneath(d, real) for d in denied):  # holds a denied path: go down
+        if any(beneath(d, real) for d in denied):  # holds a denied path: go down
             try:
                 entries = tuple(sorted(Path(real).iterdir()))
             except OSError:
