@@ -451,24 +451,30 @@ def _drive(
         method.setup()
 
     began, served = time.perf_counter(), method.pool_seconds()
+    memo_seconds = 0.0  # spent in the clients' memos for the checkpoints
 
     def own_seconds() -> float:
-        """The method's own time: wall time less the time spent serving its pool calls
-        (client code decides how long those take, so they are not published)."""
-        return max(elapsed + time.perf_counter() - began - (method.pool_seconds() - served), 0.0)
+        """The method's own time: wall time less the time spent serving its pool calls and
+        saving the clients' memos (client code decides how long those take, so they are
+        not published)."""
+        clients = method.pool_seconds() - served + memo_seconds
+        return max(elapsed + time.perf_counter() - began - clients, 0.0)
 
     rounds = range(start, method.num_rounds())
     for r in progress(rounds, f"{spec.method.name} rounds", total=len(rounds), unit="round"):
         state = method.round(r)
         check_budget(ledger, spec)
         _check_replayed(pool)
+        asked = time.perf_counter()
+        pool_state = pool.state_dict()
+        memo_seconds += time.perf_counter() - asked
         _save_checkpoint(
             run_dir,
             {
                 "run_key": resolved.run_key,
                 "next_round": r + 1,
                 "method_state": state,
-                "pool": pool.state_dict(),
+                "pool": pool_state,
                 "ledger": ledger.to_json(),
                 "elapsed": own_seconds(),
             },

@@ -320,6 +320,23 @@ class ErrorClassName(Adversary):
     client_fn = staticmethod(raise_named_after_text)
 
 
+class SlowToSave:
+    """A memo whose saving (a checkpoint's, in the worker) takes 0.5 s."""
+
+    def __reduce__(self):
+        import time
+
+        time.sleep(0.5)
+        return (SlowToSave, ())
+
+
+def slow_memos_for_w(client, payload):
+    """Keeps a memo that is slow to save for 'w' (5 s over ten clients), none for 'v'."""
+    if first_letter(client) == "w":
+        client.memo("slow", lambda c: SlowToSave())
+    return mean_length(client, payload)
+
+
 @register("adv_sleep_by_letter")
 class SleepByLetter(Adversary):
     """Its server side is one call at a fixed noise (no accountant to solve), so nearly
@@ -330,6 +347,13 @@ class SleepByLetter(Adversary):
     def round(self, ctx, state, r):
         self.aggregate(ctx, 5.0)
         return state
+
+
+@register("adv_slow_memos_by_letter")
+class SlowMemosByLetter(SleepByLetter):
+    """The clients' time spent where the runner asks for their memos, for the checkpoint."""
+
+    client_fn = staticmethod(slow_memos_for_w)
 
 
 def sleep_for_w(client, payload):

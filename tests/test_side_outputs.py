@@ -158,6 +158,14 @@ def test_running_time_reaches_neither_the_costs_nor_the_methods_own_time(tmp_pat
     assert slow.record["wall_seconds"] < 4.5  # the clients alone slept 9 s
 
 
+def test_the_time_client_code_takes_to_save_its_memos_is_not_the_methods_own(tmp_path):
+    """'w' keeps memos that take 5 s to save at the round's checkpoint (outside any pool
+    call): the record's method time leaves that out too."""
+    fast, slow = (go(tmp_path / x, "adv_slow_memos_by_letter", x) for x in "vw")
+    assert visible(fast) == visible(slow)
+    assert slow.record["wall_seconds"] < 4.0
+
+
 def timed(runs, letter, call_seconds, warm=False):
     """adv_times_its_calls on the split of ``letter``, on a schedule or none."""
     data = spec("adv_times_its_calls").to_dict()
