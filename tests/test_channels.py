@@ -346,11 +346,11 @@ def leaves_state(client, payload):
 
     tmp = Path(tempfile.gettempdir())
     places = [tmp / LEFT, tmp.parent / LEFT]
-    seen = any(p.exists() for p in places) or "colorsys" in sys.modules
+    seen = any(p.exists() for p in places) or "tabnanny" in sys.modules
     for place in places:
         with contextlib.suppress(OSError):
             place.write_text("x")
-    import colorsys  # noqa: F401  (a module no one else imports)
+    import tabnanny  # noqa: F401  (a module neither the harness nor its libraries import)
 
     if os.fork() == 0:  # a child that rewrites the file after the call ended
         os.setsid()
@@ -413,19 +413,17 @@ def test_a_recomputation_finds_nothing_an_earlier_one_left(tmp_path):
     releases: every call must find none, else its row (1) differs from the expected 0 and
     the release is refused."""
     from benchmark.federation import independence_check
-    from benchmark.isolation.client_process import LAUNCH, child_env
+    from benchmark.isolation.client_process import child_env
     from benchmark.isolation.coordinator import harness_code, policy_for
     from benchmark.isolation.sandbox import sandbox_environment
+    from benchmark.isolation.template import spawn
     from benchmark.protocol import jobs
 
     scratch = tmp_path / "recompute_tmp"
     scratch.mkdir()
     policy = policy_for(harness_code() + [Path(__file__).parent], [scratch])
-    launch = (
-        [sys.executable, "-m", LAUNCH, "zygote"],
-        {**child_env(), **sandbox_environment(policy, scratch)},
-    )
-    independence_check.set_zygote_launch(launch)
+    env = {**child_env(), **sandbox_environment(policy, scratch)}
+    independence_check.set_zygote_launch(lambda fd: spawn("zygote", (fd,), env))
     try:
         for release in range(2):
             check = independence_check.IndependenceCheck(

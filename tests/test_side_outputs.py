@@ -9,6 +9,7 @@ the run refused with the same fixed words. Requests that would cost the trusted 
 unbounded memory or time are refused before any work.
 """
 
+import contextlib
 import json
 import traceback
 
@@ -20,7 +21,8 @@ from benchmark.data import FederatedSplit
 from benchmark.federation.client_errors import error_class
 from benchmark.federation.costs import CostCounters
 from benchmark.isolation.bounds import RequestBoundError, RequestBounds
-from benchmark.isolation.client_process import PRIVATE_LOG, ClientFunctionError
+from benchmark.isolation.client_process import PRIVATE_LOG, ClientFunctionError, MemoHolding
+from benchmark.isolation.coordinator import MethodProcess
 from benchmark.privacy.errors import PrivacyError
 from benchmark.runner import run
 from benchmark.spec import spec_from_dict
@@ -164,6 +166,54 @@ def test_the_time_client_code_takes_to_save_its_memos_is_not_the_methods_own(tmp
     fast, slow = (go(tmp_path / x, "adv_slow_memos_by_letter", x) for x in "vw")
     assert visible(fast) == visible(slow)
     assert slow.record["wall_seconds"] < 4.0
+
+
+def test_on_a_schedule_a_rounds_memos_are_saved_within_its_calls_slot(tmp_path, monkeypatch):
+    """A round with one pool call takes one slot of the schedule, its checkpoint's memos
+    included (fetched at the end of the call's slot, while the method process is stopped),
+    not a second slot for them."""
+    slots = []
+    served = MethodProcess._on_schedule
+
+    def counted(self, began):
+        slots.append(began)
+        return served(self, began)
+
+    monkeypatch.setattr(MethodProcess, "_on_schedule", counted)
+    data = spec("adv_slow_memos_by_letter").to_dict()
+    data["privacy"]["call_seconds"] = 8.0
+    run(spec_from_dict(data), runs_root=tmp_path, profile=StubProfile(), split=split_with("v"),
+        isolated=True)  # fmt: skip
+    assert len(slots) == 1
+
+
+class CountedMemos(MemoHolding):
+    """Memos fetched as a counter, each fetch recorded with whether a slot was open."""
+
+    def __init__(self):
+        self.fetches, self.in_slot = [], False
+
+        @contextlib.contextmanager
+        def slot():
+            self.in_slot = True
+            yield
+            self.in_slot = False
+
+        self.outside_calls = slot
+
+    def _fetch_memos(self):
+        self.fetches.append(self.in_slot)
+        return len(self.fetches)
+
+
+def test_held_memos_serve_checkpoints_until_client_code_runs_again():
+    memos = CountedMemos()
+    assert memos.memos() == 1 and memos.fetches == [True]  # none held: a slot of its own
+    memos.hold_memos()
+    memos.hold_memos()  # still current: not fetched again
+    assert memos.memos() == memos.memos() == 2 and memos.fetches == [True, False]
+    memos._client_code_runs()
+    assert memos.memos() == 3 and memos.fetches == [True, False, True]
 
 
 def timed(runs, letter, call_seconds, warm=False):

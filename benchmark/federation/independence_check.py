@@ -61,6 +61,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -205,7 +206,8 @@ class _Worker:
 class _Zygote:
     """A clean process that only imports modules and forks one worker per release.
 
-    Started from a fresh interpreter (not forked from the pool's process), it never
+    Started from a fresh interpreter or the isolated path's launch template (never forked
+    from the pool's process), it never
     receives a function, a payload or a record, so a worker forked from it holds nothing
     but imported modules until it is handed its release. Commands on its control socket:
     ``b"P"`` and a pickled list of module names to import, ``b"F"`` with a socket (passed
@@ -215,16 +217,7 @@ class _Zygote:
 
     def __init__(self, launch: ZygoteLaunch | None) -> None:
         self.control, theirs = socket.socketpair()
-        paths = [p or os.getcwd() for p in sys.path]  # it imports what the pool imports
-        command, env = launch or ([sys.executable, "-m", ZYGOTE], dict(os.environ))
-        self.proc = subprocess.Popen(
-            [*command, str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,  # it imports modules client code named: not the
-            stderr=subprocess.DEVNULL,  # operator's terminal
-            env={**env, "PYTHONPATH": os.pathsep.join(paths)},
-        )
+        self.proc = (launch or _plain_zygote)(theirs.fileno())
         self.launch = launch
         theirs.close()
         self.owner = os.getpid()  # a process forked from the pool's needs a zygote of its own
@@ -250,9 +243,27 @@ class _Zygote:
         return mine
 
 
-# How to start the zygote: a command and its environment. The isolated path
+# How to start the zygote on its end of the control socket (a descriptor), returning a
+# handle with ``pid``, ``poll``, ``wait`` and ``kill``. The isolated path
 # (benchmark.isolation) sets one that sandboxes it, since its workers run client code.
-ZygoteLaunch = tuple[list[str], dict[str, str]]
+ZygoteLaunch = Callable[[int], Any]
+
+
+def _plain_zygote(control_fd: int) -> subprocess.Popen:
+    """The zygote in a plain interpreter (the in-process path), importing what the pool
+    imports; its output is not the operator's terminal (it imports what client code
+    named)."""
+    paths = [p or os.getcwd() for p in sys.path]
+    return subprocess.Popen(
+        [sys.executable, "-m", ZYGOTE, str(control_fd)],
+        pass_fds=(control_fd,),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(paths)},
+    )
+
+
 _zygote: _Zygote | None = None
 _zygote_launch: ZygoteLaunch | None = None
 _zygote_lock = threading.Lock()  # one command at a time on its control socket

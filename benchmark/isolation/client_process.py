@@ -58,12 +58,44 @@ from benchmark.federation.client_errors import error_class
 from benchmark.isolation.bounds import RequestBounds
 from benchmark.isolation.containment import signal_tree
 from benchmark.isolation.sandbox import GPU_ENVIRONMENT, Policy, sandbox_environment
+from benchmark.isolation.template import spawn
 from benchmark.privacy.errors import PrivacyError
 from benchmark.protocol import wire
 
 # What runs around a request that wakes the worker outside a pool call (its memos): nothing,
 # unless the method process puts it on its schedule (coordinator.MethodProcess).
 OUTSIDE_CALLS: Callable[[], AbstractContextManager[None]] = contextlib.nullcontext
+
+
+class MemoHolding:
+    """The clients' memos for a checkpoint, fetched (``_fetch_memos``) either at once or,
+    on a public schedule, at the end of the pool call that last ran client code
+    (:meth:`hold_memos`, inside that call's slot): memos change only while client code
+    runs, so the round's checkpoint then takes the held copy and needs no slot of its own.
+    A checkpoint with no call since the last client code (a round without pool calls, a
+    resumed run's first) fetches inside ``outside_calls``, a slot of its own."""
+
+    outside_calls: Callable[[], AbstractContextManager[None]] = OUTSIDE_CALLS
+    _held: Any = None  # the memos as of now, or None once client code may have changed them
+
+    def _fetch_memos(self) -> Any:
+        raise NotImplementedError
+
+    def _client_code_runs(self) -> None:
+        self._held = None
+
+    def hold_memos(self) -> None:
+        """Fetch and hold the memos unless the held copy is still current."""
+        if self._held is None:
+            self._held = self._fetch_memos()
+
+    def memos(self) -> Any:
+        """The clients' memos as a byte tensor (a checkpoint stores it unopened)."""
+        if self._held is not None:
+            return self._held
+        with self.outside_calls():
+            return self._fetch_memos()
+
 
 SHARED_BLOCK_BYTES = 1 << 25  # ... and come out of it in blocks of about this size
 
@@ -88,7 +120,7 @@ NO_LOCAL_CLIENTS = (
 )
 
 
-class ClientProcess:
+class ClientProcess(MemoHolding):
     """The coordinator's handle on a client worker holding ``clients`` (records per client)."""
 
     def __init__(
@@ -100,20 +132,20 @@ class ClientProcess:
         log: Path | None = None,
         bounds: RequestBounds | None = None,
     ) -> None:
-        self.outside_calls = OUTSIDE_CALLS
         ours, theirs = wire.stream_pair()
         self._rows_fd = os.memfd_create("fedsynth-rows", os.MFD_CLOEXEC)
         sandbox = sandbox_environment(policy, tmp_dir) if policy else {}
         self.bounds = bounds or RequestBounds.from_environment()
+        gpu = policy is not None and policy.gpu
         with private_log(log) as output:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", LAUNCH, "client", str(theirs.fileno()), str(self._rows_fd)],
-                pass_fds=(theirs.fileno(), self._rows_fd),
-                stdin=subprocess.DEVNULL,
+            self.proc = spawn(
+                "client",
+                (theirs.fileno(), self._rows_fd),
+                {**child_env(gpu), **sandbox},
                 stdout=output,
                 stderr=output,
-                env={**child_env(policy is not None and policy.gpu), **sandbox},
-                process_group=0,  # stopped and continued as a whole
+                process_group=True,  # stopped and continued as a whole
+                gpu=gpu,
             )
         theirs.close()
         self._sock = ours
@@ -124,6 +156,8 @@ class ClientProcess:
 
     def _request(self, header: dict[str, Any], *blobs: bytes) -> None:
         """Wake the worker and send it a request; its answers are read with a deadline."""
+        if header["op"] in ("rows", "all"):
+            self._client_code_runs()
         self._signal(signal.SIGCONT)
         self._sock.settimeout(self.bounds.call_seconds)
         wire.send(self._stream, header, *blobs)
@@ -214,19 +248,17 @@ class ClientProcess:
     def local_clients(self) -> list[Any]:
         raise PrivacyError(NO_LOCAL_CLIENTS)
 
-    def memos(self) -> Any:
-        """The clients' memos as a byte tensor (a checkpoint stores it unopened)."""
+    def _fetch_memos(self) -> Any:
         import torch
 
-        with self.outside_calls():
-            self._request({"op": "memos"})
-            blob = self._blob()
-        return torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+        self._request({"op": "memos"})
+        return torch.frombuffer(bytearray(self._blob()), dtype=torch.uint8)
 
     def load_memos(self, state: Any) -> None:
         with self.outside_calls():
             self._request({"op": "load_memos"}, state.numpy().tobytes())
             self._answer()
+        self._held = state
 
     def close(self) -> None:
         self._signal(signal.SIGCONT)  # a stopped worker cannot see its input end
@@ -239,8 +271,6 @@ class ClientProcess:
             self.proc.kill()
             self.proc.wait()
 
-
-LAUNCH = "benchmark.isolation.launch"  # sandboxes a child before it imports numpy
 
 # What an untrusted child inherits of the coordinator's environment: locale, threads, the
 # offline switches and the cache locations; not tokens, keys or anything else set there.

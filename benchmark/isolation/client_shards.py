@@ -33,9 +33,9 @@ from benchmark.checkpoints import pack_memos, unpack_memos
 from benchmark.isolation.client_process import (
     MALFORMED,
     NO_LOCAL_CLIENTS,
-    OUTSIDE_CALLS,
     ClientFunctionError,
     ClientProcess,
+    MemoHolding,
 )
 from benchmark.isolation.sandbox import Policy
 from benchmark.privacy.errors import PrivacyError
@@ -81,7 +81,7 @@ def join_ray(address: str | None = None) -> None:
         ray.init(address=address, include_dashboard=False, log_to_driver=False)
 
 
-class ShardedClients:
+class ShardedClients(MemoHolding):
     """The pool's client executor over ``actors`` Ray actors (see the module docstring)."""
 
     def __init__(
@@ -98,7 +98,6 @@ class ShardedClients:
         join_ray()
         self._clients, self._policy, self._threads, self._tmp = clients, policy, threads, tmp
         self._log = log
-        self.outside_calls = OUTSIDE_CALLS  # the method process sets its schedule's
         self._starts = [
             int(r[0]) for r in np.array_split(np.arange(len(clients)), actors) if len(r)
         ]
@@ -121,6 +120,7 @@ class ShardedClients:
         blocks of the workers' size, :func:`merge_blocks`), so the coordinator holds a few
         blocks, never a whole call (Ray may buffer blocks not yet read in its object
         store)."""
+        self._client_code_runs()
         parts: dict[int, list[int]] = {}
         for position, index in enumerate(indices):
             parts.setdefault(self._host_of(index), []).append(position)
@@ -157,12 +157,11 @@ class ShardedClients:
     def local_clients(self) -> list[Any]:
         raise PrivacyError(NO_LOCAL_CLIENTS)
 
-    def memos(self) -> Any:
+    def _fetch_memos(self) -> Any:
         """Every actor's memos in the single-worker format (a checkpoint stores it)."""
         import torch
 
-        with self.outside_calls():
-            blobs = _get([h.memos.remote() for h in self._hosts])
+        blobs = _get([h.memos.remote() for h in self._hosts])
         try:
             memos = [memo for blob in blobs for memo in unpack_memos(blob)]
         except Exception:  # the loader's message quotes what client code put there
@@ -179,6 +178,7 @@ class ShardedClients:
                     for h, a, b in zip(self._hosts, self._starts, ends, strict=True)
                 ]
             )
+        self._held = state
 
     def close(self) -> None:
         import ray

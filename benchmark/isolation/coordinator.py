@@ -28,7 +28,7 @@ from typing import Any
 
 from benchmark.federation.pool import ClientPool
 from benchmark.isolation.bounds import RequestBoundError, RequestBounds
-from benchmark.isolation.client_process import LAUNCH, PRIVATE_LOG, ClientFunctionError, child_env
+from benchmark.isolation.client_process import PRIVATE_LOG, ClientFunctionError, child_env
 from benchmark.isolation.containment import signal_tree
 from benchmark.isolation.corpus import denied_paths
 from benchmark.isolation.page_cache import keep_resident
@@ -39,6 +39,7 @@ from benchmark.isolation.sandbox import (
     readable_except,
     sandbox_environment,
 )
+from benchmark.isolation.template import spawn
 from benchmark.privacy.errors import PrivacyError
 from benchmark.protocol import wire
 from benchmark.protocol.operations import (
@@ -143,12 +144,12 @@ class MethodProcess:
         if call_seconds is not None:
             keep_resident(policy.read_only, policy.list_only)
         ours, theirs = wire.stream_pair()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", LAUNCH, "method", str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),),
-            stdin=subprocess.DEVNULL,
-            env={**child_env(policy.gpu), **sandbox_environment(policy, tmp_dir)},
-            process_group=0,  # stopped and continued as a whole (call_seconds)
+        self.proc = spawn(
+            "method",
+            (theirs.fileno(),),
+            {**child_env(policy.gpu), **sandbox_environment(policy, tmp_dir)},
+            process_group=True,  # stopped and continued as a whole (call_seconds)
+            gpu=policy.gpu,
         )
         self.call_seconds = call_seconds  # the public schedule of pool calls, if any
         theirs.close()
@@ -186,6 +187,8 @@ class MethodProcess:
             began = time.perf_counter()
             with self._on_schedule(began):
                 answer = self._serve(header, blobs)
+                if self.call_seconds is not None and self._clients is not None:
+                    self._clients.hold_memos()  # for the round's checkpoint, in this slot
             self.served_seconds += time.perf_counter() - began
             wire.send(self._stream, *answer)
 
@@ -198,8 +201,10 @@ class MethodProcess:
         after the request, so neither its clocks nor its progress tell how long client code
         took; before it runs again, every file it may read is resident once more
         (:func:`~.page_cache.keep_resident`), so neither do its reads. Work past the
-        schedule stops the run: a late answer would tell. A request that wakes client code
-        outside a pool call (its memos, for a checkpoint) takes a slot of its own."""
+        schedule stops the run: a late answer would tell. The clients' memos are fetched
+        within the call's slot (:meth:`~.client_process.MemoHolding.hold_memos`); a
+        checkpoint that still wakes client code (no call since it last ran) takes a slot of
+        its own."""
         if self.call_seconds is None:
             yield
             return
@@ -582,12 +587,15 @@ class IsolatedLaunch:
             )
         else:
             self._worker = ClientProcess(shards, policy, self.threads, tmp, log)
-        command = [sys.executable, "-m", LAUNCH, "zygote"]
         zygote_policy = policy_for(
             self.code, [checks], denied=self.denied, gpu=self.gpu, client_code=True
         )
         zygote_env = {**child_env(self.gpu), **sandbox_environment(zygote_policy, checks)}
-        set_zygote_launch((command, zygote_env))
+        set_zygote_launch(
+            lambda fd: spawn(
+                "zygote", (fd,), zygote_env, subprocess.DEVNULL, subprocess.DEVNULL, gpu=self.gpu
+            )
+        )  # it imports modules client code named: its output is not the operator's terminal
         return self._worker
 
     def warm(self, public_start: Callable[[], Any]) -> None:

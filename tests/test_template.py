@@ -1,0 +1,82 @@
+"""Untrusted children forked from the launch template (benchmark/isolation/template.py) start
+as a fresh interpreter would: the same environment, working directory, import path,
+descriptors and threads; a request the template's environment does not match gets a
+fresh interpreter; and a child does not outlive the template."""
+
+import hashlib
+import os
+import sys
+import threading
+
+import cloudpickle
+import numpy as np
+import pytest
+
+from benchmark.isolation import template
+from benchmark.isolation.client_process import ClientProcess
+from benchmark.protocol.jobs import snapshot
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="no pidfd here")
+
+
+def digest(value: object) -> float:
+    return float(int(hashlib.sha256(repr(value).encode()).hexdigest()[:12], 16))
+
+
+def what_a_child_sees(client, payload):
+    """Client side: its descriptors, environment, directory, import path and threads."""
+    fds = sorted(int(fd) for fd in os.listdir("/proc/self/fd"))
+    return np.array(
+        [
+            digest(fds),
+            digest(sorted(os.environ.items())),
+            digest(os.getcwd()),
+            digest(sys.path),
+            float(threading.active_count()),
+            float(len(os.listdir("/proc/self/task"))),
+        ]
+    )
+
+
+def seen(tmp_path, name):
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    worker = ClientProcess([[{"text": "a"}]], None, 1, tmp_path / name)
+    try:
+        [row] = list(worker.rows(snapshot(what_a_child_sees, None), [0], [1], False))
+        return worker.proc, row
+    finally:
+        worker.close()
+
+
+def test_a_forked_child_sees_what_a_fresh_interpreter_sees(tmp_path, monkeypatch):
+    forked, from_template = seen(tmp_path, "forked")
+    monkeypatch.setattr(template, "_template_for", lambda base: None)
+    fresh, from_interpreter = seen(tmp_path, "fresh")
+    assert isinstance(forked, template.ForkedChild) and not isinstance(fresh, template.ForkedChild)
+    np.testing.assert_array_equal(from_template, from_interpreter)
+
+
+def test_an_environment_the_template_did_not_import_under_gets_a_fresh_interpreter(
+    tmp_path, monkeypatch
+):
+    seen(tmp_path, "first")  # the template exists, started with the usual environment
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # read when torch is imported
+    proc, _ = seen(tmp_path, "other")
+    assert not isinstance(proc, template.ForkedChild)
+
+
+def test_a_forked_child_ends_with_its_template(tmp_path):
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    worker = ClientProcess([[{"text": "a"}]], None, 1, tmp_path)
+    assert isinstance(worker.proc, template.ForkedChild)
+    template._template.control.close()  # as when the coordinator ends
+    worker.proc.wait(timeout=30)
+    template._template.proc.wait(timeout=30)
+
+
+def test_a_gpu_child_starts_from_a_fresh_interpreter(monkeypatch):
+    started = []
+    monkeypatch.setattr(template.subprocess, "Popen", lambda *a, **k: started.append(a[0]))
+    monkeypatch.setattr(template, "_template_for", lambda base: pytest.fail("forked"))
+    template.spawn("client", (), {"PATH": "/usr/bin"}, gpu=True)
+    assert started == [[sys.executable, "-m", template.LAUNCH, "client"]]
