@@ -19,6 +19,15 @@ from benchmark.protocol.jobs import snapshot
 pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="no pidfd here")
 
 
+@pytest.fixture(autouse=True)
+def own_templates(monkeypatch):
+    """Templates of this test's own, ended after it."""
+    monkeypatch.setattr(template, "_templates", {})
+    yield template._templates
+    for started in template._templates.values():
+        started.control.close()
+
+
 def digest(value: object) -> float:
     return float(int(hashlib.sha256(repr(value).encode()).hexdigest()[:12], 16))
 
@@ -56,22 +65,27 @@ def test_a_forked_child_sees_what_a_fresh_interpreter_sees(tmp_path, monkeypatch
     np.testing.assert_array_equal(from_template, from_interpreter)
 
 
-def test_an_environment_the_template_did_not_import_under_gets_a_fresh_interpreter(
-    tmp_path, monkeypatch
+def test_another_environment_gets_a_template_of_its_own_up_to_a_bound(
+    tmp_path, monkeypatch, own_templates
 ):
-    seen(tmp_path, "first")  # the template exists, started with the usual environment
+    monkeypatch.setattr(template, "MAX_TEMPLATES", 2)
+    seen(tmp_path, "first")
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # read when torch is imported
-    proc, _ = seen(tmp_path, "other")
-    assert not isinstance(proc, template.ForkedChild)
+    proc, _ = seen(tmp_path, "second")
+    assert isinstance(proc, template.ForkedChild) and len(own_templates) == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    proc, _ = seen(tmp_path, "third")
+    assert not isinstance(proc, template.ForkedChild) and len(own_templates) == 2
 
 
-def test_a_forked_child_ends_with_its_template(tmp_path):
+def test_a_forked_child_ends_with_its_template(tmp_path, own_templates):
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     worker = ClientProcess([[{"text": "a"}]], None, 1, tmp_path)
     assert isinstance(worker.proc, template.ForkedChild)
-    template._template.control.close()  # as when the coordinator ends
+    [started] = own_templates.values()
+    started.control.close()  # as when the coordinator ends
     worker.proc.wait(timeout=30)
-    template._template.proc.wait(timeout=30)
+    started.proc.wait(timeout=30)
 
 
 def test_a_gpu_child_starts_from_a_fresh_interpreter(monkeypatch):

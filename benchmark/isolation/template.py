@@ -16,12 +16,13 @@ handed. It then takes its environment, its standard streams and its process grou
 runs exactly what ``python -m benchmark.isolation.launch ROLE FD...`` runs: namespaces,
 ``noatime`` mounts, its own ``/proc``, Landlock, seccomp, then the role. What it holds
 beyond a fresh interpreter is the imported libraries' state, computed from the same
-environment. Its memory is the template's, which has seen only earlier children's requests
-(their environment and sandbox policy), never data. A request whose environment differs
-from the template's in anything but the sandbox policy (a test's thread counts) gets a
-fresh interpreter instead, as does a GPU run's child and every request where the template
-cannot run (no pidfd). The template holds its imports' memory (~0.5 GB) for as long as the
-coordinator runs.
+environment: a template serves only children whose environment (but for the sandbox
+policy) and working directory are the ones it imported under, and another environment
+gets a template of its own, up to :data:`MAX_TEMPLATES` (each holds its imports' memory,
+~0.5 GB, for as long as the coordinator runs); past them, a fresh interpreter. Its memory
+is the template's, which has seen only earlier children's requests (their environment and
+sandbox policy), never data. A GPU run's child and every request where no template can
+run (no pidfd) get a fresh interpreter too.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class _Template:
     """The coordinator's handle on its template process."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        self.env, self.cwd, self.owner = env, os.getcwd(), os.getpid()
+        self.owner = os.getpid()
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", __name__, str(theirs.fileno())],
@@ -98,7 +99,10 @@ class _Template:
         return ForkedChild(_PID.unpack(message)[0], received[0])
 
 
-_template: _Template | None = None
+# This process's templates by the environment and directory they imported under (the
+# import path names the directory): a few, since each holds its imports' memory.
+_templates: dict[str, _Template] = {}
+MAX_TEMPLATES = 3
 _lock = threading.Lock()
 
 
@@ -133,18 +137,24 @@ def spawn(
 
 
 def _template_for(base: dict[str, str]) -> _Template | None:
-    """This process's template, started on first use with ``base`` in the current
-    directory; None where ``base`` or the directory is not what it imported under (the
-    import path names the directory), or where it cannot be started."""
-    global _template
+    """This process's template for ``base`` in the current directory, started on first
+    use; None where it cannot be started, or where :data:`MAX_TEMPLATES` others run."""
+    key = json.dumps([base, os.getcwd()], sort_keys=True)
     with _lock:
-        stale = _template is None or _template.owner != os.getpid()
-        if stale or _template.proc.poll() is not None:
-            try:
-                _template = _Template(base)
-            except OSError:
-                return None
-        return _template if (_template.env, _template.cwd) == (base, os.getcwd()) else None
+        if any(t.owner != os.getpid() for t in _templates.values()):
+            _templates.clear()  # a forked copy of the coordinator starts templates of its own
+        found = _templates.get(key)
+        if found is not None and found.proc.poll() is None:
+            return found
+        for ended in [k for k, t in _templates.items() if t.proc.poll() is not None]:
+            del _templates[ended]
+        if len(_templates) >= MAX_TEMPLATES:
+            return None
+        try:
+            _templates[key] = _Template(base)
+        except OSError:
+            return None
+        return _templates[key]
 
 
 def _fork(
