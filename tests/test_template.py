@@ -5,8 +5,11 @@ fresh interpreter; and a child does not outlive the template."""
 
 import hashlib
 import os
+import signal
 import sys
 import threading
+import time
+from pathlib import Path
 
 import cloudpickle
 import numpy as np
@@ -88,9 +91,53 @@ def test_a_forked_child_ends_with_its_template(tmp_path, own_templates):
     started.proc.wait(timeout=30)
 
 
-def test_a_gpu_child_starts_from_a_fresh_interpreter(monkeypatch):
+def test_a_child_asked_fresh_starts_from_a_fresh_interpreter(monkeypatch):
     started = []
     monkeypatch.setattr(template.subprocess, "Popen", lambda *a, **k: started.append(a[0]))
     monkeypatch.setattr(template, "_template_for", lambda base: pytest.fail("forked"))
-    template.spawn("client", (), {"PATH": "/usr/bin"}, gpu=True)
+    template.spawn("client", (), {"PATH": "/usr/bin"}, fresh=True)
     assert started == [[sys.executable, "-m", template.LAUNCH, "client"]]
+
+
+def state_of(pid: int) -> str | None:
+    """A process's state letter ('Z': ended, its pid still reserved), None once reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+
+def until(check, seconds=20.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_an_ended_childs_pid_stays_reserved_until_the_coordinator_sees_it_end(
+    tmp_path, own_templates
+):
+    """As with Popen: a pid the coordinator may still signal (by pid, `signal_tree`) is
+    not reused, because the template reaps a child only when asked. A terminal's ^C is
+    the coordinator's: the template and its children run on."""
+    worker = ClientProcess([[{"text": "a"}]], None, 1, tmp_path)
+    proc = worker.proc
+    [started] = own_templates.values()
+    os.kill(started.proc.pid, signal.SIGINT)
+    proc.kill()
+    assert until(lambda: state_of(proc.pid) == "Z")
+    assert isinstance(seen(tmp_path, "another")[0], template.ForkedChild)
+    assert state_of(proc.pid) == "Z"  # the template forked again and did not reap it
+    proc.wait(timeout=10)
+    assert until(lambda: state_of(proc.pid) is None)
+
+
+def test_a_template_that_cannot_start_leaves_a_fresh_interpreter(tmp_path, monkeypatch):
+    def refused(env):
+        raise OSError("the launch template did not start")
+
+    monkeypatch.setattr(template, "_Template", refused)
+    proc, _ = seen(tmp_path, "fresh")
+    assert not isinstance(proc, template.ForkedChild)

@@ -45,8 +45,10 @@ def seeded_rngs(seed: int) -> Iterator[None]:
     Seeding makes a call's randomness depend on its seed only (the pool derives it from its
     secret seed, the release and the client), so the same call run alone elsewhere draws the
     same numbers; restoring keeps the server's randomness independent of the client calls.
-    Randomness from anywhere else (an unseeded ``np.random.default_rng()``, ``os.urandom``,
-    Python's per-process string hashing) differs when recomputed and fails the check.
+    Randomness from anywhere else (an unseeded ``np.random.default_rng()``, ``os.urandom``)
+    differs when recomputed and fails the check; Python's string hashing does too, unless
+    the worker and the recomputation were forked from the same launch template
+    (:mod:`benchmark.isolation.template`), which share its hash secret.
     """
     py_state, np_state = random.getstate(), np.random.get_state()
     torch = sys.modules.get("torch")

@@ -72,8 +72,9 @@ class MemoHolding:
     on a public schedule, at the end of the pool call that last ran client code
     (:meth:`hold_memos`, inside that call's slot): memos change only while client code
     runs, so the round's checkpoint then takes the held copy and needs no slot of its own.
-    A checkpoint with no call since the last client code (a round without pool calls, a
-    resumed run's first) fetches inside ``outside_calls``, a slot of its own."""
+    After :meth:`load_memos` the loaded copy is held. A checkpoint with no call since
+    client code last ran (a round without pool calls) fetches inside ``outside_calls``, a
+    slot of its own."""
 
     outside_calls: Callable[[], AbstractContextManager[None]] = OUTSIDE_CALLS
     _held: Any = None  # the memos as of now, or None once client code may have changed them
@@ -131,6 +132,7 @@ class ClientProcess(MemoHolding):
         tmp_dir: Path,
         log: Path | None = None,
         bounds: RequestBounds | None = None,
+        fresh: bool = False,
     ) -> None:
         ours, theirs = wire.stream_pair()
         self._rows_fd = os.memfd_create("fedsynth-rows", os.MFD_CLOEXEC)
@@ -145,7 +147,7 @@ class ClientProcess(MemoHolding):
                 stdout=output,
                 stderr=output,
                 process_group=True,  # stopped and continued as a whole
-                gpu=gpu,
+                fresh=fresh or gpu,  # a fresh interpreter, not the launch template's fork
             )
         theirs.close()
         self._sock = ours

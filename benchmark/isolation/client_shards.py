@@ -49,7 +49,7 @@ class _ShardHost:
     def __init__(
         self, clients: list[Any], policy: Policy, threads: int, tmp: str, log: str | None
     ) -> None:
-        self.worker = ClientProcess(clients, policy, threads, Path(tmp), _path(log))
+        self.worker = ClientProcess(clients, policy, threads, Path(tmp), _path(log), fresh=True)
 
     def rows(
         self, job: bytes, indices: list[int], seeds: list[int], batched: bool

@@ -33,15 +33,17 @@ NAMESPACES = CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: int | None = None) -> None:
     """Have the kernel kill this process (SIGKILL) when its parent ends, so an untrusted
     child of a coordinator that crashed or was killed does not run on, unwatched, on the
-    host; exits at once if the parent ended while the tie was being made. A parent that
-    ended before this process read its pid is not caught (the window is the interpreter's
-    start-up; the child then ends at its next read of the parent's socket). Linux only."""
+    host; exits at once if the parent ended while the tie was being made, or is not
+    ``parent`` (a forked child names the pid its parent had before the fork). Without
+    ``parent``, one that ended before this process read its pid is not caught (the window
+    is the interpreter's start-up; the child then ends at its next read of the parent's
+    socket). Linux only."""
     if not sys.platform.startswith("linux"):
         return
-    parent = os.getppid()
+    parent = os.getppid() if parent is None else parent
     libc = ctypes.CDLL(None, use_errno=True)
     args = (ctypes.c_ulong(v) for v in (9, 0, 0, 0))  # SIGKILL
     if libc.prctl(ctypes.c_int(PR_SET_PDEATHSIG), *args) != 0:

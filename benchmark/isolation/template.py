@@ -32,6 +32,7 @@ import fcntl
 import importlib
 import json
 import os
+import random
 import select
 import signal
 import socket
@@ -42,29 +43,47 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from benchmark.isolation.containment import die_with_parent
 from benchmark.isolation.sandbox import SANDBOX_ENV
 
 LAUNCH = "benchmark.isolation.launch"  # sandboxes a child before it imports numpy
 TEMPLATE_IMPORTS = ("numpy", "torch", "transformers", "transformers.modeling_utils")
 _PID = struct.Struct("<q")
 _MAX_FDS = 8
+READY = b"ready"  # what a template says once it has imported
+READY_SECONDS = 600  # its imports, on a loaded machine
+ANSWER_SECONDS = 60  # a fork and a pidfd
 
 
 class ForkedChild:
     """A child forked by the template, watched through its pidfd (it is not the
-    coordinator's child): the part of :class:`subprocess.Popen` the coordinator uses."""
+    coordinator's child): the part of :class:`subprocess.Popen` the coordinator uses. As
+    with ``Popen``, its pid stays reserved (the template reaps it only when asked) until
+    :meth:`poll` or :meth:`wait` sees it end, so signals by pid never reach another
+    process."""
 
-    def __init__(self, pid: int, pidfd: int) -> None:
-        self.pid, self._pidfd = pid, pidfd
+    def __init__(self, pid: int, pidfd: int, template: _Template) -> None:
+        self.pid, self._pidfd, self._template = pid, pidfd, template
+        self._ended = False
 
     def poll(self) -> int | None:
         """None while it runs; its exit code is its parent's to read, so 0 once ended."""
-        return 0 if select.select([self._pidfd], [], [], 0)[0] else None
+        return 0 if self._has_ended(0) else None
 
     def wait(self, timeout: float | None = None) -> int:
-        if not select.select([self._pidfd], [], [], timeout)[0]:
+        if not self._has_ended(timeout):
             raise subprocess.TimeoutExpired(f"forked {self.pid}", timeout or 0)
         return 0
+
+    def _has_ended(self, timeout: float | None) -> bool:
+        if not self._ended:
+            watch = select.poll()
+            watch.register(self._pidfd, select.POLLIN)
+            if not watch.poll(None if timeout is None else int(timeout * 1000)):
+                return False
+            self._ended = True
+            self._template.reap(self.pid)
+        return True
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -76,7 +95,8 @@ class ForkedChild:
 
 
 class _Template:
-    """The coordinator's handle on its template process."""
+    """The coordinator's handle on a template process: started, then ready once it has
+    imported (or refused, :class:`OSError`, and ended)."""
 
     def __init__(self, env: dict[str, str]) -> None:
         self.owner = os.getpid()
@@ -90,13 +110,39 @@ class _Template:
             env=env,
         )
         theirs.close()
+        self.control.settimeout(READY_SECONDS)
+        try:
+            ready = self.control.recv(len(READY))
+        except OSError:
+            ready = b""
+        if ready != READY:
+            self.end()
+            raise OSError("the launch template did not start")
+        self.control.settimeout(ANSWER_SECONDS)
 
-    def fork(self, request: dict[str, Any], fds: list[int]) -> ForkedChild:
+    def fork(self, request: dict[str, Any], fds: list[int]) -> ForkedChild | None:
+        """The forked child; None where the template could not fork (no child exists). A
+        template that takes the request and then fails to answer is ended, and with it any
+        child it forked, before the error is raised."""
         socket.send_fds(self.control, [json.dumps(request).encode()], fds)
-        message, received, _, _ = socket.recv_fds(self.control, _PID.size, 1)
-        if len(message) != _PID.size or len(received) != 1:
-            raise OSError("the launch template ended")
-        return ForkedChild(_PID.unpack(message)[0], received[0])
+        try:
+            message, received, _, _ = socket.recv_fds(self.control, _PID.size, 1)
+            pid = _PID.unpack(message)[0]
+        except (OSError, struct.error):
+            self.end()
+            raise OSError("the launch template ended while forking") from None
+        if pid < 0:
+            return None
+        return ForkedChild(pid, received[0], self)
+
+    def reap(self, pid: int) -> None:
+        with _lock, contextlib.suppress(OSError):
+            self.control.send(json.dumps({"reap": pid}).encode())
+
+    def end(self) -> None:
+        self.control.close()
+        self.proc.kill()
+        self.proc.wait()
 
 
 # This process's templates by the environment and directory they imported under (the
@@ -113,18 +159,21 @@ def spawn(
     stdout: int | None = None,
     stderr: int | None = None,
     process_group: bool = False,
-    gpu: bool = False,
+    fresh: bool = False,
 ) -> Any:
     """Start ``python -m benchmark.isolation.launch role *fds`` with ``env`` (the child's
     whole environment), forked from the template where its environment allows, else as a
     fresh interpreter. ``stdout``/``stderr``: a descriptor, ``subprocess.DEVNULL``, or None
-    (this process's). A ``gpu`` child always starts fresh: CUDA cannot be used in a child
-    forked from a process where an import touched it. Returns a :class:`ForkedChild` or a
+    (this process's). ``fresh`` children always start fresh: a GPU run's (CUDA cannot be
+    used in a child forked from a process where an import touched it) and the one worker
+    of a Ray actor (a template would not pay). Returns a :class:`ForkedChild` or a
     :class:`subprocess.Popen`."""
     base = {k: v for k, v in env.items() if k != SANDBOX_ENV}
-    template = None if gpu or not hasattr(os, "pidfd_open") else _template_for(base)
+    template = None if fresh or not hasattr(os, "pidfd_open") else _template_for(base)
     if template is not None:
-        return _fork(template, role, fds, dict(env), stdout, stderr, process_group)
+        forked = _fork(template, role, fds, dict(env), stdout, stderr, process_group)
+        if forked is not None:
+            return forked
     return subprocess.Popen(
         [sys.executable, "-m", LAUNCH, role, *map(str, fds)],
         pass_fds=tuple(fds),
@@ -141,8 +190,6 @@ def _template_for(base: dict[str, str]) -> _Template | None:
     use; None where it cannot be started, or where :data:`MAX_TEMPLATES` others run."""
     key = json.dumps([base, os.getcwd()], sort_keys=True)
     with _lock:
-        if any(t.owner != os.getpid() for t in _templates.values()):
-            _templates.clear()  # a forked copy of the coordinator starts templates of its own
         found = _templates.get(key)
         if found is not None and found.proc.poll() is None:
             return found
@@ -157,6 +204,16 @@ def _template_for(base: dict[str, str]) -> _Template | None:
         return _templates[key]
 
 
+def _forget_templates() -> None:
+    """In a forked copy of this process: no templates, and a lock no other thread holds."""
+    global _lock
+    _lock = threading.Lock()
+    _templates.clear()
+
+
+os.register_at_fork(after_in_child=_forget_templates)
+
+
 def _fork(
     template: _Template,
     role: str,
@@ -165,9 +222,8 @@ def _fork(
     stdout: int | None,
     stderr: int | None,
     process_group: bool,
-) -> ForkedChild:
-    with contextlib.ExitStack() as stack:
-        null = stack.enter_context(open(os.devnull, "rb+"))  # noqa: SIM115
+) -> ForkedChild | None:
+    with open(os.devnull, "rb+") as null:
         streams = [null.fileno()]
         for stream, own in ((stdout, 1), (stderr, 2)):
             streams.append(null.fileno() if stream == subprocess.DEVNULL else stream or own)
@@ -180,42 +236,69 @@ def _fork(
 
 
 def serve(control_fd: int) -> None:
-    """The template: import, then fork one child per request until the control socket
-    closes (the coordinator ended: the template ends, and its children, tied to it, with
-    it). Children that ended are reaped before each fork, never sooner, so the pid of a
-    child is not reused before the template has opened its pidfd."""
+    """The template: import, say it is ready, then fork one child per request until the
+    control socket closes (the coordinator ended: the template ends, and its children,
+    tied to it, with it). A child is reaped only when the coordinator asks (it saw the
+    child end), so its pid is not reused while the coordinator may signal it. A terminal's
+    ^C is the coordinator's to handle."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for name in TEMPLATE_IMPORTS:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     control = socket.socket(fileno=control_fd)
+    os.close(os.pidfd_open(os.getpid()))  # raises where pidfds are refused: never ready
+    control.send(READY)
     while True:
         message, fds, _, _ = socket.recv_fds(control, 1 << 20, _MAX_FDS)
         if not message:
             return
-        _reap()
-        pid = os.fork()
-        if pid == 0:
-            _become(control, json.loads(message), fds)
-        for fd in fds:
-            os.close(fd)
-        pidfd = os.pidfd_open(pid)
-        try:
-            socket.send_fds(control, [_PID.pack(pid)], [pidfd])
-        finally:
-            os.close(pidfd)
+        request = json.loads(message)
+        if "reap" in request:
+            with contextlib.suppress(OSError):
+                os.waitpid(int(request["reap"]), os.WNOHANG)
+        else:
+            _answer(control, request, fds)
 
 
-def _reap() -> None:
-    with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
-
-
-def _become(control: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
-    """In the forked child: drop what the template holds, take the request's streams,
-    environment and process group, and run the launch (never returns)."""
+def _answer(control: socket.socket, request: dict[str, Any], fds: list[int]) -> None:
+    """Fork the child of ``request`` and send its pid and pidfd; pid -1 and nothing else
+    where it could not be forked and watched (a child forked but not watchable is killed
+    before it runs anything of its role)."""
+    template = os.getpid()
     try:
+        pid = os.fork()
+    except OSError:
+        pid = -1
+    if pid == 0:
+        _become(control, request, fds, template)
+    for fd in fds:
+        os.close(fd)
+    pidfd = -1
+    if pid > 0:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pid = -1
+    if pid < 0:
+        control.send(_PID.pack(-1))
+        return
+    try:
+        socket.send_fds(control, [_PID.pack(pid)], [pidfd])
+    finally:
+        os.close(pidfd)
+
+
+def _become(control: socket.socket, request: dict[str, Any], fds: list[int], template: int) -> None:
+    """In the forked child: tie its life to the template's, drop what the template holds,
+    take the request's streams, environment and process group, draw fresh seeds for the
+    global RNGs the template's imports seeded, and run the launch (never returns)."""
+    try:
+        die_with_parent(template)
         control.close()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         numbers = [0, 1, 2, *request["fds"]]  # the coordinator's numbers, as Popen keeps them
         above = max([*numbers, *fds]) + 1
         moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, above) for fd in fds]
@@ -229,6 +312,9 @@ def _become(control: socket.socket, request: dict[str, Any], fds: list[int]) -> 
             os.setpgid(0, 0)
         os.environ.clear()
         os.environ.update(request["env"])
+        random.seed()
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
         sys.argv = [LAUNCH, request["role"], *map(str, passed)]
         from benchmark.isolation import launch
 
