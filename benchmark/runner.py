@@ -26,7 +26,7 @@ import math
 import os
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -281,6 +281,12 @@ class InProcessMethod:
         seed_torch(self.seed, self.method.num_rounds())
         return self.method.finish(self.ctx, self.state)
 
+    def at_checkpoint(self, save: Callable[[], None]) -> None:
+        save()
+
+    def flush_checkpoint(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -468,23 +474,26 @@ def _drive(
         asked = time.perf_counter()
         pool_state = pool.state_dict()
         memo_seconds += time.perf_counter() - asked
-        _save_checkpoint(
-            run_dir,
-            {
-                "run_key": resolved.run_key,
-                "next_round": r + 1,
-                "method_state": state,
-                "pool": pool_state,
-                "ledger": ledger.to_json(),
-                "elapsed": own_seconds(),
-            },
-            r,
-        )
-        pool.prune_release_log()
+        payload = {
+            "run_key": resolved.run_key,
+            "next_round": r + 1,
+            "method_state": state,
+            "pool": pool_state,
+            "ledger": ledger.to_json(),
+            "elapsed": own_seconds(),
+        }
+
+        def save(payload: dict[str, Any] = payload, r: int = r) -> None:
+            _save_checkpoint(run_dir, payload, r)
+            pool.prune_release_log()
+
+        method.at_checkpoint(save)
         if stop_after_round is not None and r + 1 >= stop_after_round:
+            method.flush_checkpoint()
             raise RunInterrupted(f"stopped after round {r + 1} (checkpoint in {run_dir})")
 
     artifact = checked_artifact(method.finish(), spec.method.name)
+    method.flush_checkpoint()  # the method process has answered: its clock tells nothing
     _check_replayed(pool)
     epsilon = check_budget(ledger, spec)
     artifact.save(run_dir / ARTIFACT)

@@ -399,6 +399,33 @@ class TimesItsCalls(Adversary):
         return state
 
 
+def big_memo_for_w(client, payload):
+    """Keeps a 10 MB memo for 'w' (100 MB over ten clients), none for 'v'."""
+    if first_letter(client) == "w":
+        client.memo("big", lambda c: np.ones(10 << 17))
+    return mean_length(client, payload)
+
+
+@register("adv_times_its_checkpoints")
+class TimesItsCheckpoints(Adversary):
+    """Times the gap between its rounds, where the runner writes the round's checkpoint,
+    which holds the clients' memos (large for one letter), and releases it."""
+
+    client_fn = staticmethod(big_memo_for_w)
+
+    def num_rounds(self):
+        return 2
+
+    def round(self, ctx, state, r):
+        import time
+
+        if r == 1:
+            state["found"] = [f"{time.monotonic() - state['ended']:.3f}"]
+        self.aggregate(ctx, 5.0)
+        state["ended"] = time.monotonic()
+        return state
+
+
 @register("adv_rewrite_reports")
 class RewriteReports(Adversary):
     client_fn = staticmethod(rewrite_reports)

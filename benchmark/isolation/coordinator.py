@@ -161,7 +161,25 @@ class MethodProcess:
             clients.outside_calls = lambda: self._on_schedule(time.perf_counter())
         self.bounds = bounds or RequestBounds.from_environment()
         self.served_seconds = 0.0  # spent serving pool calls (not the method's own time)
+        self._pending: Callable[[], None] | None = None  # a checkpoint for the next slot
         wire.send(self._stream, init, *blobs)
+
+    def at_checkpoint(self, save: Callable[[], None]) -> None:
+        """Save a round's checkpoint: at once, or, on the public schedule, at the start of
+        the next pool call's slot, while this process is stopped (or at
+        :meth:`flush_checkpoint`, once it has answered). The checkpoint holds the clients'
+        memos, whose size client code chooses: written between rounds while this process
+        runs, its time would tell that size. A newer checkpoint replaces one not yet
+        written (it covers the same releases and more)."""
+        if self.call_seconds is None:
+            save()
+        else:
+            self._pending = save
+
+    def flush_checkpoint(self) -> None:
+        save, self._pending = self._pending, None
+        if save is not None:
+            save()
 
     def answer(self) -> wire.Message:
         """The next answer, serving pool calls before it."""
@@ -210,6 +228,7 @@ class MethodProcess:
             return
         self._signal(signal.SIGSTOP)
         try:
+            self.flush_checkpoint()
             yield
             keep_resident(self._policy.read_only, self._policy.list_only)
             late = time.perf_counter() - began - self.call_seconds
@@ -404,6 +423,12 @@ class RemoteMethod:
     def pool_seconds(self) -> float:
         """Seconds the coordinator has spent serving this process's pool calls."""
         return self._process.served_seconds
+
+    def at_checkpoint(self, save: Callable[[], None]) -> None:
+        self._process.at_checkpoint(save)
+
+    def flush_checkpoint(self) -> None:
+        self._process.flush_checkpoint()
 
     def setup(self) -> Any:
         return _as_tensor(self._process.request({"op": "setup"})[1][0])
