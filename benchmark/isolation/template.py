@@ -99,7 +99,6 @@ class _Template:
     imported (or refused, :class:`OSError`, and ended)."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        self.owner = os.getpid()
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", __name__, str(theirs.fileno())],
