@@ -23,9 +23,10 @@ every process below it, :func:`~benchmark.isolation.containment.signal_tree`), s
 thread or a process a client function leaves running cannot use the CPU while the method
 process computes, a contention channel to the method's own timing.
 
-It starts from a fresh interpreter (:mod:`benchmark.isolation.launch`), which sandboxes
-itself first (:mod:`benchmark.isolation.sandbox`: read-only code and models, only its own
-scratch directory writable, no network, no signals), then receives the shards and serves.
+It starts through the launch (:mod:`benchmark.isolation.launch`, forked from the launch
+template or from a fresh interpreter), which sandboxes itself first
+(:mod:`benchmark.isolation.sandbox`: read-only code and models, only its own scratch
+directory writable, no network, no signals), then receives the shards and serves.
 A function that keeps a client's data in a module global can only fold it into later rows,
 which the coordinator's independence check (:mod:`benchmark.federation.independence_check`) and
 per-row clipping bound.
@@ -147,7 +148,8 @@ class ClientProcess(MemoHolding):
                 stdout=output,
                 stderr=output,
                 process_group=True,  # stopped and continued as a whole
-                fresh=fresh or gpu,  # a fresh interpreter, not the launch template's fork
+                fresh=fresh,
+                gpu=gpu,
             )
         theirs.close()
         self._sock = ours

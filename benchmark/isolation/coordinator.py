@@ -149,7 +149,7 @@ class MethodProcess:
             (theirs.fileno(),),
             {**child_env(policy.gpu), **sandbox_environment(policy, tmp_dir)},
             process_group=True,  # stopped and continued as a whole (call_seconds)
-            fresh=policy.gpu,
+            gpu=policy.gpu,
         )
         self.call_seconds = call_seconds  # the public schedule of pool calls, if any
         theirs.close()
@@ -618,7 +618,7 @@ class IsolatedLaunch:
         zygote_env = {**child_env(self.gpu), **sandbox_environment(zygote_policy, checks)}
         set_zygote_launch(
             lambda fd: spawn(
-                "zygote", (fd,), zygote_env, subprocess.DEVNULL, subprocess.DEVNULL, fresh=self.gpu
+                "zygote", (fd,), zygote_env, subprocess.DEVNULL, subprocess.DEVNULL, gpu=self.gpu
             )
         )  # it imports modules client code named: its output is not the operator's terminal
         return self._worker

@@ -24,6 +24,7 @@ import platform
 import stat
 import sys
 import sysconfig
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -574,6 +575,7 @@ def enter_sandbox_from_environment() -> bool:
         return False
     data = json.loads(raw)
     os.environ["TMPDIR"] = data["tmp_dir"]
+    tempfile.tempdir = None  # a launch template's imports may have cached its own
     import_top_level_packages()
     policy = Policy.from_json(data)
     if policy.private_scratch:

@@ -21,8 +21,11 @@ policy) and working directory are the ones it imported under, and another enviro
 gets a template of its own, up to :data:`MAX_TEMPLATES` (each holds its imports' memory,
 ~0.5 GB, for as long as the coordinator runs); past them, a fresh interpreter. Its memory
 is the template's, which has seen only earlier children's requests (their environment and
-sandbox policy), never data. A GPU run's child and every request where no template can
-run (no pidfd) get a fresh interpreter too.
+sandbox policy), never data. A GPU run's child forks only from a template whose imports
+left the CUDA driver unloaded (:func:`cuda_driver_loaded`: a process that initialised CUDA
+cannot hand it to a forked child; one that only imported torch can, as a
+``DataLoader``'s forked workers do); else, and wherever no template can run (no pidfd), it
+gets a fresh interpreter.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from benchmark.isolation.containment import die_with_parent
@@ -50,7 +54,8 @@ LAUNCH = "benchmark.isolation.launch"  # sandboxes a child before it imports num
 TEMPLATE_IMPORTS = ("numpy", "torch", "transformers", "transformers.modeling_utils")
 _PID = struct.Struct("<q")
 _MAX_FDS = 8
-READY = b"ready"  # what a template says once it has imported
+READY = b"ready"  # what a template says once it has imported, then whether CUDA was loaded
+CUDA_DRIVER = "libcuda.so"  # the driver library: mapped once anything initialised CUDA
 READY_SECONDS = 600  # its imports, on a loaded machine
 ANSWER_SECONDS = 60  # a fork and a pidfd
 
@@ -111,12 +116,13 @@ class _Template:
         theirs.close()
         self.control.settimeout(READY_SECONDS)
         try:
-            ready = self.control.recv(len(READY))
+            ready = self.control.recv(len(READY) + 1)
         except OSError:
             ready = b""
-        if ready != READY:
+        if ready[: len(READY)] != READY or len(ready) != len(READY) + 1:
             self.end()
             raise OSError("the launch template did not start")
+        self.cuda_driver = ready[-1:] == b"1"  # its children could not use CUDA
         self.control.settimeout(ANSWER_SECONDS)
 
     def fork(self, request: dict[str, Any], fds: list[int]) -> ForkedChild | None:
@@ -159,16 +165,19 @@ def spawn(
     stderr: int | None = None,
     process_group: bool = False,
     fresh: bool = False,
+    gpu: bool = False,
 ) -> Any:
     """Start ``python -m benchmark.isolation.launch role *fds`` with ``env`` (the child's
     whole environment), forked from the template where its environment allows, else as a
     fresh interpreter. ``stdout``/``stderr``: a descriptor, ``subprocess.DEVNULL``, or None
-    (this process's). ``fresh`` children always start fresh: a GPU run's (CUDA cannot be
-    used in a child forked from a process where an import touched it) and the one worker
-    of a Ray actor (a template would not pay). Returns a :class:`ForkedChild` or a
+    (this process's). ``fresh`` children always start fresh: the one worker of a Ray actor
+    (a template would not pay). A ``gpu`` child (it will use CUDA) starts fresh where the
+    template's imports loaded the CUDA driver. Returns a :class:`ForkedChild` or a
     :class:`subprocess.Popen`."""
     base = {k: v for k, v in env.items() if k != SANDBOX_ENV}
     template = None if fresh or not hasattr(os, "pidfd_open") else _template_for(base)
+    if template is not None and gpu and template.cuda_driver:
+        template = None
     if template is not None:
         forked = _fork(template, role, fds, dict(env), stdout, stderr, process_group)
         if forked is not None:
@@ -247,7 +256,7 @@ def serve(control_fd: int) -> None:
             importlib.import_module(name)
     control = socket.socket(fileno=control_fd)
     os.close(os.pidfd_open(os.getpid()))  # raises where pidfds are refused: never ready
-    control.send(READY)
+    control.send(READY + (b"1" if cuda_driver_loaded() else b"0"))
     while True:
         message, fds, _, _ = socket.recv_fds(control, 1 << 20, _MAX_FDS)
         if not message:
@@ -258,6 +267,15 @@ def serve(control_fd: int) -> None:
                 os.waitpid(int(request["reap"]), os.WNOHANG)
         else:
             _answer(control, request, fds)
+
+
+def cuda_driver_loaded(maps: str = "/proc/self/maps") -> bool:
+    """Whether this process has the CUDA driver library mapped: loaded by the runtime's
+    first call (``cuInit``), never by importing torch, whose CUDA libraries load the driver
+    lazily. A process that never loaded it has no CUDA state a forked child could inherit."""
+    with open(maps) as lines:
+        paths = (line.split(maxsplit=5)[5:] for line in lines)
+        return any(Path(path[0].strip()).name.startswith(CUDA_DRIVER) for path in paths if path)
 
 
 def _answer(control: socket.socket, request: dict[str, Any], fds: list[int]) -> None:

@@ -3,10 +3,11 @@ client-side code (its trusted handle is
 :class:`benchmark.isolation.client_process.ClientProcess`, whose docstring gives the
 protocol and what leaves this process).
 
-It starts from a fresh interpreter (:mod:`benchmark.isolation.launch`), which sandboxes
-itself first, then receives the shards and serves: it runs each job blob on its clients as
-the pool would in process (inside :func:`client_scope`, under :func:`seeded_rngs` with the
-seeds the coordinator sends) and answers with rows, never anything else it computed.
+It starts through the launch (:mod:`benchmark.isolation.launch`, forked from the launch
+template or from a fresh interpreter), which sandboxes itself first, then receives the
+shards and serves: it runs each job blob on its clients as the pool would in process
+(inside :func:`client_scope`, under :func:`seeded_rngs` with the seeds the coordinator
+sends) and answers with rows, never anything else it computed.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The method process: an adapter's server side, run apart from everything it must not touch.
 
-It starts from a fresh interpreter (:mod:`benchmark.isolation.launch`) that sandboxes itself
-(:mod:`benchmark.isolation.sandbox`) before it imports numpy or any method code, and only
-then loads the adapter. It holds the public and
+It starts through the launch (:mod:`benchmark.isolation.launch`), forked from the launch
+template (:mod:`benchmark.isolation.template`) or from a fresh interpreter, and sandboxes
+itself (:mod:`benchmark.isolation.sandbox`) before it imports any method code; only then
+does it load the adapter. It holds the public and
 validation parts, its own profile and a :class:`PoolProxy`; the train and test records, the
 pool, the ledger, the secret noise seed and the checkpoints are in the coordinator's
 process and directories, which it can neither reach in memory nor read on disk. Patching

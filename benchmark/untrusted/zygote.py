@@ -2,7 +2,7 @@
 per-client processes that recompute a sampled client alone.
 
 The zygote is a clean process that only imports modules and forks: started once per run
-from a fresh interpreter (sandboxed on the isolated path), it never receives a function, a
+through the launch (sandboxed on the isolated path), it never receives a function, a
 payload or a record. Per release it forks a *release worker*, which receives the pickled
 job once and relays; per sampled client the release worker forks a child that runs the
 call in a grandchild of its own (:func:`_contained_call`): process 1 of a new PID
