@@ -95,14 +95,22 @@ def test_a_forked_child_writes_its_temporary_files_where_its_sandbox_says(tmp_pa
 def test_another_environment_gets_a_template_of_its_own_up_to_a_bound(
     tmp_path, monkeypatch, own_templates
 ):
+    """Past the bound, the least recently used template whose children have all ended
+    makes way; while every template has a child alive, a fresh interpreter starts."""
     monkeypatch.setattr(template, "MAX_TEMPLATES", 2)
-    seen(tmp_path, "first")
+    first = ClientProcess([[{"text": "a"}]], None, 1, tmp_path / "first")
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # read when torch is imported
-    proc, _ = seen(tmp_path, "second")
-    assert isinstance(proc, template.ForkedChild) and len(own_templates) == 2
+    second = ClientProcess([[{"text": "a"}]], None, 1, tmp_path / "second")
+    assert isinstance(second.proc, template.ForkedChild) and len(own_templates) == 2
     monkeypatch.setenv("OMP_NUM_THREADS", "4")
     proc, _ = seen(tmp_path, "third")
     assert not isinstance(proc, template.ForkedChild) and len(own_templates) == 2
+    oldest = next(iter(own_templates.values()))
+    first.close()
+    proc, _ = seen(tmp_path, "fourth")
+    assert isinstance(proc, template.ForkedChild) and len(own_templates) == 2
+    assert oldest.proc.wait(timeout=30) is not None and second.proc.poll() is None
+    second.close()
 
 
 def test_a_forked_child_ends_with_its_template(tmp_path, own_templates):

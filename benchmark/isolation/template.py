@@ -19,7 +19,8 @@ beyond a fresh interpreter is the imported libraries' state, computed from the s
 environment: a template serves only children whose environment (but for the sandbox
 policy) and working directory are the ones it imported under, and another environment
 gets a template of its own, up to :data:`MAX_TEMPLATES` (each holds its imports' memory,
-~0.5 GB, for as long as the coordinator runs); past them, a fresh interpreter. Its memory
+~0.5 GB); past them, the least recently used template with no child alive is ended to make
+room, and where every one has children, a fresh interpreter. Its memory
 is the template's, which has seen only earlier children's requests (their environment and
 sandbox policy), never data. A GPU run's child forks only from a template whose imports
 left the CUDA driver unloaded (:func:`cuda_driver_loaded`: a process that initialised CUDA
@@ -123,6 +124,7 @@ class _Template:
             self.end()
             raise OSError("the launch template did not start")
         self.cuda_driver = ready[-1:] == b"1"  # its children could not use CUDA
+        self.live = 0  # children forked and not yet seen to end: it may not end before them
         self.control.settimeout(ANSWER_SECONDS)
 
     def fork(self, request: dict[str, Any], fds: list[int]) -> ForkedChild | None:
@@ -138,10 +140,12 @@ class _Template:
             raise OSError("the launch template ended while forking") from None
         if pid < 0:
             return None
+        self.live += 1
         return ForkedChild(pid, received[0], self)
 
     def reap(self, pid: int) -> None:
         with _lock, contextlib.suppress(OSError):
+            self.live -= 1
             self.control.send(json.dumps({"reap": pid}).encode())
 
     def end(self) -> None:
@@ -195,16 +199,21 @@ def spawn(
 
 def _template_for(base: dict[str, str]) -> _Template | None:
     """This process's template for ``base`` in the current directory, started on first
-    use; None where it cannot be started, or where :data:`MAX_TEMPLATES` others run."""
+    use. Where :data:`MAX_TEMPLATES` others run, the least recently used one with no child
+    alive is ended to make room; None where every one has children, or where none starts."""
     key = json.dumps([base, os.getcwd()], sort_keys=True)
     with _lock:
-        found = _templates.get(key)
+        found = _templates.pop(key, None)
         if found is not None and found.proc.poll() is None:
+            _templates[key] = found  # now the most recently used
             return found
         for ended in [k for k, t in _templates.items() if t.proc.poll() is not None]:
             del _templates[ended]
         if len(_templates) >= MAX_TEMPLATES:
-            return None
+            idle = [k for k, t in _templates.items() if t.live == 0]
+            if not idle:
+                return None
+            _templates.pop(idle[0]).end()
         try:
             _templates[key] = _Template(base)
         except OSError:
