@@ -64,11 +64,10 @@ def test_a_resumed_pool_replays_the_delivered_value_and_never_redraws_its_noise(
 
 
 def test_another_call_at_a_delivered_position_is_refused(tmp_path):
-    """The crash-and-subtract attack: the same noise for a zero sum would give the exact
-    sum away. Any other function, label or parameter at that position is refused."""
+    """The resumed method is not the run that was interrupted: another label, parameter or
+    operation at a delivered position is refused."""
     release(make_pool(tmp_path), length)
     for attempt in (
-        lambda p: release(p, zeros),
         lambda p: release(p, length, label="other"),
         lambda p: release(p, length, sigma=2.0),
         lambda p: p.laplace_aggregate(length, dim=2, l1_bound=1.0, epsilon=1.0, label="r"),
@@ -77,6 +76,15 @@ def test_another_call_at_a_delivered_position_is_refused(tmp_path):
         with pytest.raises(PrivacyError, match="must repeat its delivered calls in order"):
             attempt(make_pool(tmp_path))
         assert CALLS == []
+
+
+def test_another_job_at_a_delivered_position_gets_the_logged_value_and_runs_nowhere(tmp_path):
+    """The crash-and-subtract attack: the same noise for a zero sum would give the exact sum
+    away. The zero sum is never computed; the method gets back only what it saw."""
+    first = release(make_pool(tmp_path), length).noisy_sum
+    CALLS.clear()
+    again = release(make_pool(tmp_path), zeros).noisy_sum
+    assert np.array_equal(again, first) and CALLS == []
 
 
 def test_an_uninterrupted_pool_and_a_resumed_one_release_the_same(tmp_path):

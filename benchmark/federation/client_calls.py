@@ -17,8 +17,6 @@ import numpy as np
 
 from benchmark.federation.clients import ClientBatch, ClientData, client_scope, seeded_rngs
 from benchmark.federation.costs import count_payload
-from benchmark.federation.release_log import digest
-from benchmark.protocol.jobs import snapshot
 
 ClientFn = Callable[[ClientData, Any], np.ndarray]
 BatchFn = Callable[[ClientBatch, Any], np.ndarray]
@@ -29,12 +27,6 @@ def job_of(client_fn: Any, payload: Any) -> Job:
     """The job of one release: an isolated method's pickled blob (its payload travels
     inside it), or the live function and payload."""
     return client_fn if isinstance(client_fn, bytes) else (client_fn, payload)
-
-
-def job_digest(job: Job) -> str:
-    """The digest the release log tells calls apart by: of the blob, or of the live
-    function and payload as a blob (:func:`~benchmark.protocol.jobs.snapshot`)."""
-    return digest(job if isinstance(job, bytes) else snapshot(*job))
 
 
 @dataclass(frozen=True)

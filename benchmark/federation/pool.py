@@ -246,19 +246,17 @@ class ClientPool:
         self,
         op: str,
         args: dict[str, Any],
-        job: Callable[[], str],
         compute: Callable[[], Any],
         release: Release | None = None,
     ) -> Any:
         """The value of one call: replayed from the release log if this call was
         delivered before the run was interrupted, else computed (``release`` admitted by
-        the budget first) and logged before it is returned. ``job`` gives the digest of the
-        call's client-side code (only computed when there is a log)."""
+        the budget first) and logged before it is returned."""
         call = ""
         if self._log is not None:
             if not self._log_open:
                 raise PrivacyError("the release log must be opened before the first call")
-            call = call_of(op, args, job())
+            call = call_of(op, args)
             if self._replays:
                 return self._replay(call)
         if release is not None:
@@ -272,18 +270,23 @@ class ClientPool:
         return value
 
     def _replay(self, call: str) -> Any:
-        """The next logged delivery's value, if ``call`` is the call it answered; a
-        different call is refused: it must not get that value, and its noise would be the
-        logged release's (the same release index)."""
+        """The next logged delivery's value, if ``call`` is the call it answered (the same
+        operation and public arguments). Its client-side job is not compared: whatever the
+        resumed method sends there, nothing is computed and it gets only the value it was
+        given before, so no job can learn more; and a job's pickle is not the same bytes in
+        another process (torch keys storages by address, a tokenizer's vocabulary is a hash
+        map), so comparing it refused every resumed run of an honest model-training method.
+        Another operation or other arguments are refused: the method is not the run that
+        was interrupted."""
         logged = self._replays[0]
-        if logged.call != call:
-            asked, was = json.loads(call), json.loads(logged.call)
+        asked, was = json.loads(call), json.loads(logged.call)
+        if (asked["op"], asked["args"]) != (was["op"], was["args"]):
             raise PrivacyError(
                 f"call {logged.sequence} of this run was delivered before it was interrupted "
                 f"(pool.{was['op']}, label {was['args'].get('label')!r}); the resumed run "
                 f"asked pool.{asked['op']} (label {asked['args'].get('label')!r}) with other "
-                "arguments or client code: a resumed run must repeat its delivered calls in "
-                "order, so the run is refused"
+                "arguments: a resumed run must repeat its delivered calls in order, so the "
+                "run is refused"
             )
         self._replays.pop(0)
         value, state = self._log.replay(logged.sequence)  # type: ignore[union-attr]

@@ -7,10 +7,11 @@ index), so recomputing a release that was delivered before the kill would draw t
 noise for it, and a method that asks for a different sum the second time subtracts the two
 values and gets an exact sum. So the pool writes each delivery here *before* it returns the
 value (to the coordinator, which only then sends it over the wire): the call it answered
-(operation, public arguments, a digest of the client-side job), the value, the ledger
-entries it added and the pool's state after it. On resume, each logged delivery is replayed
-in order: the same call gets the logged value, and its ledger entries were charged when
-the log was opened, whether or not the method asks again. A call that does not match is
+(operation and public arguments), the value, the ledger entries it added and the pool's
+state after it. On resume, each logged delivery is replayed in order: the same call gets
+the logged value, whatever client-side job it sends (nothing is computed: the method gets
+back only what it was given), and its ledger entries were charged when the log was opened,
+whether or not the method asks again. A call with another operation or other arguments is
 refused (:class:`~benchmark.privacy.errors.PrivacyError`, which fails the run); a call past
 the log is new, and its release index was never delivered, so its noise is fresh.
 
@@ -26,7 +27,6 @@ written atomically; a delivery is logged once its ``.json`` exists.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 from dataclasses import dataclass
@@ -41,32 +41,10 @@ from benchmark.privacy.errors import PrivacyError
 ARRAY = "__ndarray__"  # how a numpy array is kept (as a tensor under this key)
 
 
-def digest(*parts: bytes) -> str:
-    """SHA-256 of ``parts``: a call's fingerprint, not a secret (a collision would only hand
-    a method a value it was already given)."""
-    hasher = hashlib.sha256()
-    for part in parts:
-        hasher.update(len(part).to_bytes(8, "little"))
-        hasher.update(part)
-    return hasher.hexdigest()
-
-
-def tensors_digest(tensors: dict[str, Any]) -> str:
-    """Digest of a state dict (names, dtypes, shapes and bytes)."""
-    import torch
-
-    parts = []
-    for name in sorted(tensors):
-        array = tensors[name].detach().cpu().contiguous()
-        parts.append(f"{name}:{array.dtype}:{tuple(array.shape)}".encode())
-        parts.append(array.view(-1).view(torch.uint8).numpy().tobytes())
-    return digest(*parts)
-
-
-def call_of(op: str, args: dict[str, Any], job: str = "") -> str:
-    """A call's fingerprint: the operation, its checked public arguments and the job's
-    digest, as canonical JSON."""
-    return json.dumps({"op": op, "args": args, "job": job}, sort_keys=True, default=_plain)
+def call_of(op: str, args: dict[str, Any]) -> str:
+    """A call's fingerprint: the operation and its checked public arguments, as canonical
+    JSON."""
+    return json.dumps({"op": op, "args": args}, sort_keys=True, default=_plain)
 
 
 def _plain(value: Any) -> Any:

@@ -34,7 +34,7 @@ def define_group(pool: ClientPool, name: str, clients: list[int]) -> None:
     def compute() -> None:
         pool._groups[name] = sorted(chosen)
 
-    pool._delivered("define_group", {"name": name, "clients": chosen}, str, compute)
+    pool._delivered("define_group", {"name": name, "clients": chosen}, compute)
 
 
 def strong_clients(pool: ClientPool) -> list[int]:

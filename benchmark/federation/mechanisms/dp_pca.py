@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmark.federation.client_calls import BatchFn, ClientFn, job_digest, job_of
+from benchmark.federation.client_calls import BatchFn, ClientFn, job_of
 from benchmark.federation.dp_pca import top_eigenvectors
 from benchmark.federation.mechanisms.entries import check_pure, pure_entry
 from benchmark.federation.plain import plain_flag, plain_number
@@ -55,4 +55,4 @@ def dp_pca(
 
     args = {"dim": dim, "components": components, "epsilon": epsilon}
     args |= {"label": label, "batched": batched}
-    return pool._delivered("dp_pca", args, lambda: job_digest(job), compute, release)
+    return pool._delivered("dp_pca", args, compute, release)

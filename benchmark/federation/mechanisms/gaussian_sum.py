@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmark.federation.client_calls import BatchFn, ClientCall, ClientFn, job_digest, job_of
+from benchmark.federation.client_calls import BatchFn, ClientCall, ClientFn, job_of
 from benchmark.federation.mechanisms.entries import check_gaussian, gaussian_entry
 from benchmark.federation.plain import plain_flag, plain_number
 from benchmark.privacy.errors import PrivacyError
@@ -88,5 +88,5 @@ def aggregate(
 
     args = {"dim": dim, "clip_norm": clip_norm, "noise_multiplier": noise_multiplier}
     args |= {"sample_rate": sample_rate, "label": label, "batched": batched}
-    total, expected = pool._delivered("aggregate", args, lambda: job_digest(job), compute, release)
+    total, expected = pool._delivered("aggregate", args, compute, release)
     return Aggregate(total, expected)

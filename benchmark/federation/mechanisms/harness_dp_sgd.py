@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING, Any
 from benchmark.federation.clients import client_scope, seeded_rngs
 from benchmark.federation.mechanisms.entries import check_gaussian
 from benchmark.federation.plain import plain_number
-from benchmark.federation.release_log import digest, tensors_digest
 from benchmark.privacy.errors import PrivacyError
 from benchmark.privacy.ledger import SUBSAMPLED_GAUSSIAN, Release
-from benchmark.protocol.jobs import ENCODE, output_rows, snapshot
+from benchmark.protocol.jobs import ENCODE, output_rows
 
 if TYPE_CHECKING:
     from benchmark.federation.pool import ClientPool
@@ -96,12 +95,7 @@ def dp_sgd(
 
     args = {"noise_multiplier": noise_multiplier, "clip_norm": clip_norm, "lr": lr}
     args |= {"batch_size": batch_size, "steps": steps, "label": label}
-
-    def job() -> str:
-        code = snapshot((encode, loss_fn), None)
-        return digest(code, tensors_digest(model.state_dict()).encode())
-
-    weights = pool._delivered("dp_sgd", args, job, compute, release)
+    weights = pool._delivered("dp_sgd", args, compute, release)
     model.load_state_dict(weights)
     return model
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmark.federation.client_calls import BatchFn, ClientFn, job_digest, job_of
+from benchmark.federation.client_calls import BatchFn, ClientFn, job_of
 from benchmark.federation.mechanisms.entries import check_pure, pure_entry
 from benchmark.federation.plain import plain_flag, plain_number
 from benchmark.privacy.ledger import LAPLACE
@@ -54,4 +54,4 @@ def laplace_aggregate(
 
     args = {"dim": dim, "l1_bound": l1_bound, "epsilon": epsilon}
     args |= {"label": label, "batched": batched}
-    return pool._delivered("laplace_aggregate", args, lambda: job_digest(job), compute, release)
+    return pool._delivered("laplace_aggregate", args, compute, release)

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from benchmark.federation.mechanisms import client_groups
 from benchmark.federation.mechanisms.entries import check_gaussian, gaussian_entry
 from benchmark.federation.plain import plain_number
-from benchmark.federation.release_log import digest, tensors_digest
 from benchmark.privacy.errors import PrivacyError
 from benchmark.privacy.ledger import Release
 
@@ -134,10 +133,4 @@ def local_dp_finetune(
         return mean
 
     args = {**asdict(config), "groups": names, "label": label}
-    return pool._delivered(
-        "local_dp_finetune",
-        args,
-        lambda: digest(tensors_digest(weights).encode(), prompt_template.encode()),
-        compute,
-        release,
-    )
+    return pool._delivered("local_dp_finetune", args, compute, release)

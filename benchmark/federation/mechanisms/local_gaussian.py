@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmark.federation.client_calls import BatchFn, ClientCall, job_digest, job_of
+from benchmark.federation.client_calls import BatchFn, ClientCall, job_of
 from benchmark.federation.mechanisms import client_groups
 from benchmark.federation.mechanisms.entries import check_gaussian, gaussian_entry
 from benchmark.federation.plain import plain_number
@@ -68,7 +68,5 @@ def local_gaussian(
 
     args = {"dim": dim, "clip_norm": clip_norm, "noise_multiplier": noise_multiplier}
     args |= {"groups": names, "label": label}
-    total, expected = pool._delivered(
-        "local_gaussian", args, lambda: job_digest(job), compute, release
-    )
+    total, expected = pool._delivered("local_gaussian", args, compute, release)
     return Aggregate(total, expected)

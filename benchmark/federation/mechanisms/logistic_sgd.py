@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmark.federation.client_calls import BatchFn, ClientFn, job_digest, job_of
+from benchmark.federation.client_calls import BatchFn, ClientFn, job_of
 from benchmark.federation.linear_dp_sgd import logistic_dp_sgd
 from benchmark.federation.mechanisms import partition as partitions
 from benchmark.federation.mechanisms.entries import check_gaussian, gaussian_entry
@@ -102,4 +102,4 @@ def dp_logistic_sgd(
     args |= {"clip_norm": clip_norm, "sample_rate": sample_rate, "steps": steps, "lr": lr}
     args |= {"expected_batch": expected_batch, "label": label, "batched": batched}
     args |= {"partition": release.partition, "part": release.part}
-    return pool._delivered("dp_logistic_sgd", args, lambda: job_digest(job), compute, release)
+    return pool._delivered("dp_logistic_sgd", args, compute, release)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmark.federation.client_calls import BatchFn, ClientFn, job_digest, job_of
+from benchmark.federation.client_calls import BatchFn, ClientFn, job_of
 from benchmark.federation.mechanisms.entries import check_pure, pure_entry
 from benchmark.federation.plain import plain_flag, plain_number
 from benchmark.privacy.errors import PrivacyError
@@ -52,7 +52,7 @@ def define_partition(
         pool._release_index += 1
 
     args = {"name": name, "parts": parts, "batched": batched}
-    pool._delivered("define_partition", args, lambda: job_digest(job), compute)
+    pool._delivered("define_partition", args, compute)
 
 
 def members(pool: ClientPool, partition: Any, part: int) -> np.ndarray:
@@ -99,4 +99,4 @@ def part_sizes(pool: ClientPool, partition: str, *, epsilon: float, label: str) 
         return counts
 
     args = {"partition": partition, "epsilon": epsilon, "label": label}
-    return pool._delivered("part_sizes", args, str, compute, release)
+    return pool._delivered("part_sizes", args, compute, release)

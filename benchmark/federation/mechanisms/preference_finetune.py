@@ -14,7 +14,6 @@ import numpy as np
 from benchmark.federation.mechanisms import partition as partitions
 from benchmark.federation.mechanisms.local_dp_finetune import dp_sgd_steps, steps_entry
 from benchmark.federation.plain import plain_number
-from benchmark.federation.release_log import tensors_digest
 from benchmark.privacy.errors import PrivacyError
 
 if TYPE_CHECKING:
@@ -93,6 +92,4 @@ def dp_preference_finetune(
 
     args = {**asdict(config), "stage": stage, "partition": partition, "part": int(part)}
     args |= {"beta": beta, "max_completion_tokens": max_completion_tokens, "label": label}
-    return pool._delivered(
-        "dp_preference_finetune", args, lambda: tensors_digest(weights), compute, release
-    )
+    return pool._delivered("dp_preference_finetune", args, compute, release)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmark.federation.client_calls import BatchFn, ClientCall, ClientFn, job_digest, job_of
+from benchmark.federation.client_calls import BatchFn, ClientCall, ClientFn, job_of
 from benchmark.federation.mechanisms.entries import check_gaussian
 from benchmark.federation.plain import plain_flag, plain_number
 from benchmark.federation.tree import TreeAggregator
@@ -81,7 +81,7 @@ def open_tree(
     args = {"name": name, "dim": dim, "clip_norm": clip_norm}
     args |= {"noise_multiplier": noise_multiplier, "cohort_size": cohort_size}
     args |= {"max_leaves": max_leaves}
-    return int(pool._delivered("open_tree", args, str, compute, release))
+    return int(pool._delivered("open_tree", args, compute, release))
 
 
 def tree_step(
@@ -105,4 +105,4 @@ def tree_step(
         return tree.add_leaf(pool._checked_sum(call, tree.clip_norm, checked=True))
 
     args = {"name": name, "batched": batched}
-    return pool._delivered("tree_step", args, lambda: job_digest(job), compute)
+    return pool._delivered("tree_step", args, compute)
