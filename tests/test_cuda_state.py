@@ -36,6 +36,8 @@ def test_seeded_does_not_initialise_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(torch.cuda, "current_device", initialise)
     monkeypatch.setattr(torch.cuda, "_lazy_init", initialise)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # fork_rng() would save its
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device=0: initialise())  # RNG
     with seeded(3):
         first = torch.rand(2)
     with seeded(3):
