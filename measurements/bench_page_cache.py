@@ -5,6 +5,10 @@ Measured, for the read set a method process gets here (``coordinator.policy_for`
 - ``files`` and ``bytes``: what :func:`benchmark.isolation.page_cache.keep_resident` walks;
 - ``resident_pass_s``: a pass that finds everything resident (best of ``--repeats``): what
   each pool call on the public schedule adds inside its slot;
+- ``forget_then_pass_s`` (as root): the kernel's unused directory entries and inodes
+  dropped (:func:`~benchmark.isolation.page_cache.forget_lookups`), then a pass: what each
+  pool call on the schedule adds where the coordinator can drop them (best of
+  ``--repeats``), and ``dentries_before_drop`` (``/proc/sys/fs/dentry-state``);
 - ``from_cold_s`` (with ``--cold``): the pass after every file of the read set was dropped
   from the page cache (``POSIX_FADV_DONTNEED``; pages other processes map stay): what the
   first scheduled run on a host pays. It slows the host's other work meanwhile.
@@ -22,7 +26,9 @@ import time
 from pathlib import Path
 
 from benchmark.isolation.coordinator import harness_code, policy_for
-from benchmark.isolation.page_cache import keep_resident, regular_files
+from benchmark.isolation.page_cache import forget_lookups, keep_resident, regular_files
+
+DENTRIES = Path("/proc/sys/fs/dentry-state")
 
 
 def _drop(files: list[str]) -> None:
@@ -61,6 +67,16 @@ def main() -> None:
         found = keep_resident(roots)
         best = min(best, time.perf_counter() - started)
     report |= {"files": found.files, "bytes": found.total_bytes, "resident_pass_s": best}
+    report |= {"dentries_before_drop": int(DENTRIES.read_text().split()[0])}
+    best = float("inf")
+    for _ in range(args.repeats):
+        started = time.perf_counter()
+        if not forget_lookups():
+            break
+        keep_resident(roots)
+        best = min(best, time.perf_counter() - started)
+    else:
+        report |= {"forget_then_pass_s": best}
     text = json.dumps(report, indent=2)
     print(text)
     if args.json:

@@ -9,7 +9,8 @@ can also evict pages, by filling memory. :func:`keep_resident` closes that chann
 making every page of every file the method process may read resident before it runs again:
 then all its reads are equally fast, whatever client code read or evicted. Walking the
 tree also brings every file's directory entry and inode back, so ``stat`` of an existing
-file is as fast everywhere. The coordinator calls it before the method process starts and
+file is as fast everywhere; :func:`forget_lookups`, first, drops the entries lookups of
+missing names left. The coordinator calls it before the method process starts and
 after every pool call on the schedule (:class:`~benchmark.isolation.coordinator.MethodProcess`),
 inside the call's slot. Linux only: ``cachestat`` (6.5+), else ``mincore`` on a mapping.
 """
@@ -208,6 +209,23 @@ def _pass(files: Iterable[str], buffer: bytearray | None) -> _Pass:
         finally:
             os.close(fd)
     return found
+
+
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+
+
+def forget_lookups() -> bool:
+    """Drop the kernel's unused directory entries and inodes (``drop_caches`` 2; root only),
+    the negative entries among them: a lookup of a name that does not exist leaves one, and
+    a later lookup of that name is faster, so the names client code looked up would show in
+    the method process's timing. Pages stay (an inode with cached pages is not dropped);
+    :func:`keep_resident` then brings the read set's entries back. False where the kernel
+    refuses (not root): those lookups then stay visible."""
+    try:
+        DROP_CACHES.write_text("2")
+    except OSError:
+        return False
+    return True
 
 
 def keep_resident(roots: Iterable[Path], listed: Iterable[Path] = ()) -> Residency:
