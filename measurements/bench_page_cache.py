@@ -9,6 +9,10 @@ Measured, for the read set a method process gets here (``coordinator.policy_for`
   dropped (:func:`~benchmark.isolation.page_cache.forget_lookups`), then a pass: what each
   pool call on the schedule adds where the coordinator can drop them (best of
   ``--repeats``), and ``dentries_before_drop`` (``/proc/sys/fs/dentry-state``);
+- ``pin_pass_s``, ``pinned_pass_s``, ``release_s``: the first pass that locks every file
+  (:class:`~benchmark.isolation.page_cache.Pins`: once per scheduled run), a pass with them
+  locked (each call's), and unlocking them (the run's end); ``locked_bytes``
+  (``Mlocked`` in ``/proc/meminfo``, host-wide) while locked;
 - ``from_cold_s`` (with ``--cold``): the pass after every file of the read set was dropped
   from the page cache (``POSIX_FADV_DONTNEED``; pages other processes map stay): what the
   first scheduled run on a host pays. It slows the host's other work meanwhile.
@@ -26,7 +30,13 @@ import time
 from pathlib import Path
 
 from benchmark.isolation.coordinator import harness_code, policy_for
-from benchmark.isolation.page_cache import forget_lookups, keep_resident, regular_files
+from benchmark.isolation.page_cache import (
+    Pins,
+    forget_lookups,
+    keep_resident,
+    meminfo_bytes,
+    regular_files,
+)
 
 DENTRIES = Path("/proc/sys/fs/dentry-state")
 
@@ -77,6 +87,19 @@ def main() -> None:
         best = min(best, time.perf_counter() - started)
     else:
         report |= {"forget_then_pass_s": best}
+    pins = Pins()
+    started = time.perf_counter()
+    keep_resident(roots, pins=pins)
+    report |= {"pin_pass_s": time.perf_counter() - started, "pins_refused": pins.refused}
+    report |= {"locked_bytes": meminfo_bytes("Mlocked")}
+    best = float("inf")
+    for _ in range(args.repeats):
+        started = time.perf_counter()
+        keep_resident(roots, pins=pins)
+        best = min(best, time.perf_counter() - started)
+    started = time.perf_counter()
+    pins.release()
+    report |= {"pinned_pass_s": best, "release_s": time.perf_counter() - started}
     text = json.dumps(report, indent=2)
     print(text)
     if args.json:

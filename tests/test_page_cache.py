@@ -86,3 +86,38 @@ def test_a_short_count_from_cachestat_is_checked_through_a_mapping(tmp_path, mon
     with path.open("rb") as f:
         f.read()
         assert page_cache.resident_pages(f.fileno(), 8192) == 2
+
+
+def _drop(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # as memory pressure would
+    finally:
+        os.close(fd)
+
+
+def test_pinned_pages_stay_resident_whatever_else_would_evict_them(tmp_path):
+    """Locked for the run, the read set's pages go neither to pressure (the least recently
+    used first: the files client code did not read) nor to an eviction; released, they can."""
+    (tmp_path / "a").mkdir()
+    files = [_evicted(tmp_path / "a", name, 64 * 4096) for name in ("one", "two")]
+    pins = page_cache.Pins()
+    page_cache.keep_resident([tmp_path / "a"], pins=pins)
+    assert pins.refused is None
+    for path in files:
+        _drop(path)
+    assert [_resident(f) for f in files] == [64, 64]
+    pins.release()
+    _drop(files[0])
+    assert _resident(files[0]) == 0
+
+
+def test_pinning_stops_where_too_little_memory_would_stay_available(tmp_path, monkeypatch):
+    (tmp_path / "a").mkdir()
+    path = _evicted(tmp_path / "a", "one", 8 * 4096)
+    monkeypatch.setattr(page_cache, "PIN_MARGIN", page_cache.meminfo_bytes("MemTotal"))
+    pins = page_cache.Pins()
+    page_cache.keep_resident([tmp_path / "a"], pins=pins)
+    assert "available" in pins.refused
+    _drop(path)
+    assert _resident(path) == 0  # resident after the walk, not locked

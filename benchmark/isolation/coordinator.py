@@ -31,7 +31,7 @@ from benchmark.isolation.bounds import RequestBoundError, RequestBounds
 from benchmark.isolation.client_process import PRIVATE_LOG, ClientFunctionError, child_env
 from benchmark.isolation.containment import signal_tree
 from benchmark.isolation.corpus import denied_paths
-from benchmark.isolation.page_cache import forget_lookups, keep_resident
+from benchmark.isolation.page_cache import Pins, forget_lookups, keep_resident
 from benchmark.isolation.sandbox import (
     Policy,
     gpu_access,
@@ -132,15 +132,15 @@ LOOKUPS_SHOWN = (
 )
 
 
-def _settle_file_caches(policy: Policy) -> None:
+def _settle_file_caches(policy: Policy, pins: Pins | None) -> None:
     """Before a method process on the schedule runs (again): the entries lookups left
-    dropped (:func:`~.page_cache.forget_lookups`), then its read set resident
-    (:func:`~.page_cache.keep_resident`); said once where the kernel refuses the first."""
+    dropped (:func:`~.page_cache.forget_lookups`), then its read set resident and locked
+    (:func:`~.page_cache.keep_resident`); said once where the kernel refuses the drop."""
     global _lookups_shown
     if not forget_lookups() and not _lookups_shown:
         print(LOOKUPS_SHOWN, file=sys.stderr, flush=True)
         _lookups_shown = True
-    keep_resident(policy.read_only, policy.list_only)
+    keep_resident(policy.read_only, policy.list_only, pins)
 
 
 _lookups_shown = False
@@ -161,9 +161,14 @@ class MethodProcess:
         bounds: RequestBounds | None = None,
         call_seconds: float | None = None,
     ) -> None:
-        self._policy = policy  # on the schedule, what it may read is kept resident
-        if call_seconds is not None:
-            _settle_file_caches(policy)
+        self._policy = policy  # on the schedule, what it may read is kept resident, locked
+        self._pins = Pins() if call_seconds is not None else None
+        if self._pins is not None:
+            try:
+                _settle_file_caches(policy, self._pins)
+            except BaseException:
+                self._pins.release()
+                raise
         ours, theirs = wire.stream_pair()
         self.proc = spawn(
             "method",
@@ -252,7 +257,7 @@ class MethodProcess:
         try:
             self.flush_checkpoint()
             yield
-            _settle_file_caches(self._policy)
+            _settle_file_caches(self._policy, self._pins)
             late = time.perf_counter() - began - self.call_seconds
             if late > 0:
                 raise PrivacyError(
@@ -320,6 +325,9 @@ class MethodProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        finally:
+            if self._pins is not None:
+                self._pins.release()
 
 
 def dispatch(

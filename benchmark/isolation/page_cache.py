@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import mmap
 import os
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -52,6 +53,7 @@ _libc.syscall.restype = ctypes.c_long
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                        ctypes.c_int, ctypes.c_long]  # fmt: skip
+_libc.mlock.argtypes = _libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _PROT_READ, _MAP_SHARED, _MAP_FAILED = 1, 1, ctypes.c_void_p(-1).value
 
 
@@ -186,8 +188,9 @@ def _read_back(fd: int, size: int, keeps_atime: bool, buffer: bytearray) -> None
         offset += got
 
 
-def _pass(files: Iterable[str], buffer: bytearray | None) -> _Pass:
-    """One pass over ``files``: what is not resident and, given a ``buffer``, read back."""
+def _pass(files: Iterable[str], buffer: bytearray | None, pins: Pins | None = None) -> _Pass:
+    """One pass over ``files``: what is not resident and, given a ``buffer``, read back;
+    given ``pins``, each file locked (which also brings its pages in) if not yet."""
     found = _Pass()
     for path in files:
         opened = _open(path)
@@ -195,7 +198,10 @@ def _pass(files: Iterable[str], buffer: bytearray | None) -> _Pass:
             continue
         fd, keeps_atime = opened
         try:
-            size = os.fstat(fd).st_size
+            info = os.fstat(fd)
+            if pins is not None:
+                pins.admit(fd, info, path)
+            size = info.st_size
             pages = _pages(size)
             resident = resident_pages(fd, size, may_map=keeps_atime) if size else 0
             found.total += size
@@ -228,18 +234,106 @@ def forget_lookups() -> bool:
     return True
 
 
-def keep_resident(roots: Iterable[Path], listed: Iterable[Path] = ()) -> Residency:
-    """Make every page of every file beneath ``roots`` resident, and list the directories
-    ``listed`` (those a policy lets be listed, not read). Where any page had to be brought
-    back, wait until those are resident, then check in a last pass that all the others
-    stayed (bringing pages in can evict others). Raises :class:`PrivacyError` where that
-    fails: the host's memory cannot hold them all, or its file system does not tell
-    (client code could then tell files apart by what was evicted)."""
+MAX_MAP_COUNT = Path("/proc/sys/vm/max_map_count")
+PIN_MARGIN = 2 << 30  # memory left available to the host once the read set is locked
+_CHECK_EVERY = 256 << 20  # bytes locked between checks of the memory left
+
+
+class Pins:
+    """The read set's pages locked in memory for a run: a shared read-only mapping of each
+    file, ``mlock``-ed. The page cache evicts the least recently used pages first, so under
+    memory pressure (the method process's own allocations) the files client code did not
+    read would go first, and the method process could time which; client code could also
+    evict pages by filling memory. Locked pages go for neither. The walk
+    (:func:`keep_resident`) locks each file it meets that is not yet locked (a file
+    replaced since is another inode); the coordinator holds them for the run, and
+    :meth:`release` unlocks them. Where the host cannot (too little memory would stay
+    available, the lock limit, too many mappings), it stops locking and says so once: the
+    walk still restores residency, not the order."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[int, int], tuple[int, int]] = {}  # (dev, inode): mapping
+        self._unchecked = _CHECK_EVERY  # check the memory left at the first file
+        self.refused: str | None = None
+
+    def admit(self, fd: int, info: os.stat_result, path: str) -> None:
+        """Lock the pages of the open file ``fd`` (``info``: its ``fstat``) if not yet."""
+        key = (info.st_dev, info.st_ino)
+        if self.refused is not None or not info.st_size or key in self._held:
+            return
+        self._unchecked += info.st_size
+        if self._unchecked >= _CHECK_EVERY:
+            self._unchecked = 0
+            available = meminfo_bytes("MemAvailable")
+            if available - info.st_size < PIN_MARGIN:
+                self._refuse(f"{available:,} bytes available, {PIN_MARGIN:,} kept free")
+                return
+        address = _map(fd, info.st_size)
+        if address is None and _raise_map_count():
+            address = _map(fd, info.st_size)
+        if address is None:
+            self._refuse(f"mmap of {path}: {os.strerror(ctypes.get_errno())}")
+        elif _libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(info.st_size)) != 0:
+            error = os.strerror(ctypes.get_errno())
+            _libc.munmap(ctypes.c_void_p(address), ctypes.c_size_t(info.st_size))
+            self._refuse(f"mlock of {path}: {error}")
+        else:
+            self._held[key] = (address, info.st_size)
+
+    def _refuse(self, why: str) -> None:
+        self.refused = why
+        print(f"{PINS_REFUSED}: {why}", file=sys.stderr, flush=True)
+
+    def release(self) -> None:
+        for address, size in self._held.values():
+            _libc.munmap(ctypes.c_void_p(address), ctypes.c_size_t(size))
+        self._held.clear()
+
+
+PINS_REFUSED = (
+    "fedsynth: the method process's read set is not locked in memory here, so the order in "
+    "which client code read its files may show in the method process's reads under memory "
+    "pressure"
+)
+
+
+def _map(fd: int, size: int) -> int | None:
+    address = _libc.mmap(None, ctypes.c_size_t(size), _PROT_READ, _MAP_SHARED, fd, 0)
+    return None if address in (None, _MAP_FAILED) else address
+
+
+def _raise_map_count() -> bool:
+    """Allow 65,536 more mappings per process (root only); False where refused."""
+    try:
+        MAX_MAP_COUNT.write_text(str(int(MAX_MAP_COUNT.read_text()) + 65_536))
+    except OSError:
+        return False
+    return True
+
+
+def meminfo_bytes(name: str) -> int:
+    with open("/proc/meminfo") as lines:
+        for line in lines:
+            if line.startswith(f"{name}:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def keep_resident(
+    roots: Iterable[Path], listed: Iterable[Path] = (), pins: Pins | None = None
+) -> Residency:
+    """Make every page of every file beneath ``roots`` resident (and locked, given
+    ``pins``), and list the directories ``listed`` (those a policy lets be listed, not
+    read). Where any page had to be brought back, wait until those are resident, then check
+    in a last pass that all the others stayed (bringing pages in can evict others). Raises
+    :class:`PrivacyError` where that fails: the host's memory cannot hold them all, or its
+    file system does not tell (client code could then tell files apart by what was
+    evicted)."""
     for directory in listed:
         with contextlib.suppress(OSError):
             os.listdir(directory)
     files = list(regular_files(roots))
-    first = _pass(files, bytearray(_CHUNK))
+    first = _pass(files, bytearray(_CHUNK), pins)
     last = _Pass()
     if first.read_back:
         pending = first.short
