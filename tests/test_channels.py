@@ -256,8 +256,9 @@ def test_the_public_corpus_reads_under_the_seccomp_filter():
 
 def test_the_seccomp_filter_refuses_every_socket_family_and_ipc_object(tmp_path):
     """Directly, in a child: every address family, socketpair, SysV and POSIX IPC, locks,
-    inotify and RWF_NOWAIT reads (a page-cache probe) are refused; the process still
-    reads, writes its pipes and imports torch."""
+    inotify, RWF_NOWAIT reads (a page-cache probe) and O_PATH opens (a held directory
+    entry, past the coordinator's drop) are refused; the process still reads, writes its
+    pipes and imports torch."""
     if not seccomp_available():
         pytest.skip("needs seccomp (x86_64)")
     code = textwrap.dedent(
@@ -281,7 +282,10 @@ def test_the_seccomp_filter_refuses_every_socket_family_and_ipc_object(tmp_path)
                      lambda: c(libc.mq_open(b"/q", os.O_CREAT | os.O_RDWR, 0o600, None)),
                      lambda: c(libc.inotify_init1(0)),
                      lambda: c(libc.syscall(310, os.getppid(), 0, 0, 0, 0, 0)),
-                     lambda: os.preadv(fd, [bytearray(8)], 0, os.RWF_NOWAIT)]
+                     lambda: os.preadv(fd, [bytearray(8)], 0, os.RWF_NOWAIT),
+                     lambda: os.open("/usr", os.O_PATH),
+                     lambda: os.open("/usr", os.O_PATH | os.O_DIRECTORY, dir_fd=fd),
+                     lambda: c(libc.syscall(437, -100, b"/usr", 0, 0))]
         for attempt in attempts:
             try:
                 attempt()

@@ -2,6 +2,7 @@
 ``benchmark.isolation.page_cache``. The end-to-end check is in ``tests/test_channels.py``."""
 
 import os
+import resource
 from pathlib import Path
 
 import pytest
@@ -96,28 +97,46 @@ def _drop(path: Path) -> None:
         os.close(fd)
 
 
-def test_pinned_pages_stay_resident_whatever_else_would_evict_them(tmp_path):
+def _locked_kib() -> int:
+    """This process's locked memory (``VmLck``)."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmLck:"))
+
+
+can_lock = pytest.mark.skipif(
+    os.geteuid() != 0 and resource.getrlimit(resource.RLIMIT_MEMLOCK)[0] < (1 << 20),
+    reason="locking memory needs root or a lock limit of 1 MiB",
+)
+
+
+@can_lock
+def test_the_read_set_is_locked_for_the_run_and_a_replaced_file_anew(tmp_path):
     """Locked for the run, the read set's pages go neither to pressure (the least recently
-    used first: the files client code did not read) nor to an eviction; released, they can."""
+    used first: the files client code did not read) nor to an eviction; a file replaced
+    since is locked anew and its old pages unlocked; released, none stay locked."""
     (tmp_path / "a").mkdir()
     files = [_evicted(tmp_path / "a", name, 64 * 4096) for name in ("one", "two")]
+    before = _locked_kib()
     pins = page_cache.Pins()
     page_cache.keep_resident([tmp_path / "a"], pins=pins)
-    assert pins.refused is None
+    assert pins.refused is None and _locked_kib() - before == 2 * 256
     for path in files:
         _drop(path)
     assert [_resident(f) for f in files] == [64, 64]
+    replacement = tmp_path / "new"
+    replacement.write_bytes(os.urandom(32 * 4096))
+    os.replace(replacement, files[0])
+    page_cache.keep_resident([tmp_path / "a"], pins=pins)
+    assert _locked_kib() - before == 256 + 128
     pins.release()
-    _drop(files[0])
-    assert _resident(files[0]) == 0
+    assert _locked_kib() == before
 
 
-def test_pinning_stops_where_too_little_memory_would_stay_available(tmp_path, monkeypatch):
+def test_nothing_is_locked_where_too_little_memory_would_stay_available(tmp_path, monkeypatch):
     (tmp_path / "a").mkdir()
-    path = _evicted(tmp_path / "a", "one", 8 * 4096)
-    monkeypatch.setattr(page_cache, "PIN_MARGIN", page_cache.meminfo_bytes("MemTotal"))
+    _evicted(tmp_path / "a", "one", 8 * 4096)
+    monkeypatch.setattr(page_cache, "pin_margin", lambda: page_cache.meminfo_bytes("MemTotal"))
+    before = _locked_kib()
     pins = page_cache.Pins()
     page_cache.keep_resident([tmp_path / "a"], pins=pins)
-    assert "available" in pins.refused
-    _drop(path)
-    assert _resident(path) == 0  # resident after the walk, not locked
+    assert "available" in pins.refused and _locked_kib() == before

@@ -168,7 +168,6 @@ def test_the_cuda_driver_is_told_from_a_memory_map(tmp_path):
     assert not template.cuda_driver_loaded(str(maps))
     maps.write_text(maps.read_text() + line.format("/usr/lib/x86_64-linux-gnu/libcuda.so.1"))
     assert template.cuda_driver_loaded(str(maps))
-    assert not template.cuda_driver_loaded()  # this process imported torch, never CUDA
 
 
 def state_of(pid: int) -> str | None:

@@ -161,14 +161,12 @@ class MethodProcess:
         bounds: RequestBounds | None = None,
         call_seconds: float | None = None,
     ) -> None:
-        self._policy = policy  # on the schedule, what it may read is kept resident, locked
+        # On the schedule what it may read is kept resident and locked: unlocked at close,
+        # or when this object is collected (a constructor that failed after locking).
+        self._policy = policy
         self._pins = Pins() if call_seconds is not None else None
         if self._pins is not None:
-            try:
-                _settle_file_caches(policy, self._pins)
-            except BaseException:
-                self._pins.release()
-                raise
+            _settle_file_caches(policy, self._pins)
         ours, theirs = wire.stream_pair()
         self.proc = spawn(
             "method",

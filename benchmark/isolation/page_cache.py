@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import mmap
 import os
 import sys
 import time
+import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,15 +230,21 @@ def forget_lookups() -> bool:
     :func:`keep_resident` then brings the read set's entries back. False where the kernel
     refuses (not root): those lookups then stay visible."""
     try:
-        DROP_CACHES.write_text("2")
+        DROP_CACHES.write_text("6")  # 2: entries and inodes; 4: the kernel logs it only once
     except OSError:
         return False
     return True
 
 
 MAX_MAP_COUNT = Path("/proc/sys/vm/max_map_count")
-PIN_MARGIN = 2 << 30  # memory left available to the host once the read set is locked
+MAP_HEADROOM = 65_536  # mappings left to the coordinator's own needs once the set is locked
 _CHECK_EVERY = 256 << 20  # bytes locked between checks of the memory left
+
+
+def pin_margin() -> int:
+    """Memory that must stay available once the read set is locked: the run's own (its
+    method process, client worker and models), a quarter of the host's and at least 2 GiB."""
+    return max(2 << 30, meminfo_bytes("MemTotal") // 4)
 
 
 class Pins:
@@ -244,50 +252,87 @@ class Pins:
     file, ``mlock``-ed. The page cache evicts the least recently used pages first, so under
     memory pressure (the method process's own allocations) the files client code did not
     read would go first, and the method process could time which; client code could also
-    evict pages by filling memory. Locked pages go for neither. The walk
-    (:func:`keep_resident`) locks each file it meets that is not yet locked (a file
-    replaced since is another inode); the coordinator holds them for the run, and
-    :meth:`release` unlocks them. Where the host cannot (too little memory would stay
-    available, the lock limit, too many mappings), it stops locking and says so once: the
-    walk still restores residency, not the order."""
+    evict pages by filling memory. Locked pages go for neither. :meth:`plan` decides once,
+    for the whole read set, whether the host has room (memory that stays available,
+    mappings); then the walk (:func:`keep_resident`) locks each file it meets, and a file
+    replaced since is locked anew (its old pages unlocked). :meth:`release` unlocks them
+    all (the coordinator, at the run's end; else when this object is collected). Where the
+    host cannot, nothing stays locked and it says so once: the walk still restores
+    residency, not the order."""
 
     def __init__(self) -> None:
-        self._held: dict[tuple[int, int], tuple[int, int]] = {}  # (dev, inode): mapping
-        self._unchecked = _CHECK_EVERY  # check the memory left at the first file
+        self._held: dict[str, tuple[int, int, int, int]] = {}  # path: dev, inode, address, size
+        self._finalizer = weakref.finalize(self, _unmap_all, self._held)
+        self._unchecked = 0
+        self.planned = False
         self.refused: str | None = None
+
+    def plan(self, files: list[str]) -> None:
+        """Once: refuse unless the whole of ``files`` fits with :func:`pin_margin` left and
+        :data:`MAP_HEADROOM` mappings to spare (root raises ``vm.max_map_count`` to that)."""
+        if self.planned:
+            return
+        self.planned = True
+        total = 0
+        for path in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(path).st_size
+        available, margin = meminfo_bytes("MemAvailable"), pin_margin()
+        if available - total < margin:
+            self._refuse(f"{total:,} bytes to lock, {available:,} available, {margin:,} kept")
+            return
+        with open("/proc/self/maps") as maps:
+            needed = sum(1 for _ in maps) + len(files) + MAP_HEADROOM
+        if int(MAX_MAP_COUNT.read_text()) < needed:
+            try:
+                MAX_MAP_COUNT.write_text(str(needed))
+            except OSError:
+                self._refuse(f"{needed:,} mappings needed (vm.max_map_count)")
 
     def admit(self, fd: int, info: os.stat_result, path: str) -> None:
         """Lock the pages of the open file ``fd`` (``info``: its ``fstat``) if not yet."""
-        key = (info.st_dev, info.st_ino)
-        if self.refused is not None or not info.st_size or key in self._held:
+        if self.refused is not None or not self.planned or not info.st_size:
             return
+        held = self._held.get(path)
+        if held is not None and held[:2] == (info.st_dev, info.st_ino) and held[3] == info.st_size:
+            return
+        if held is not None:
+            _unmap(self._held.pop(path))
         self._unchecked += info.st_size
         if self._unchecked >= _CHECK_EVERY:
             self._unchecked = 0
-            available = meminfo_bytes("MemAvailable")
-            if available - info.st_size < PIN_MARGIN:
-                self._refuse(f"{available:,} bytes available, {PIN_MARGIN:,} kept free")
+            if meminfo_bytes("MemAvailable") - info.st_size < pin_margin():
+                self._refuse("too little memory would stay available")
                 return
-        address = _map(fd, info.st_size)
-        if address is None and _raise_map_count():
-            address = _map(fd, info.st_size)
-        if address is None:
-            self._refuse(f"mmap of {path}: {os.strerror(ctypes.get_errno())}")
-        elif _libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(info.st_size)) != 0:
+        address = _libc.mmap(None, ctypes.c_size_t(info.st_size), _PROT_READ, _MAP_SHARED, fd, 0)
+        if address in (None, _MAP_FAILED):
+            if ctypes.get_errno() == errno.ENOMEM:
+                self._refuse(f"mmap of {path}: {os.strerror(errno.ENOMEM)}")
+            return  # a file that cannot be mapped: the walk still keeps it resident
+        if _libc.mlock(ctypes.c_void_p(address), ctypes.c_size_t(info.st_size)) != 0:
             error = os.strerror(ctypes.get_errno())
-            _libc.munmap(ctypes.c_void_p(address), ctypes.c_size_t(info.st_size))
+            _unmap((0, 0, address, info.st_size))
             self._refuse(f"mlock of {path}: {error}")
-        else:
-            self._held[key] = (address, info.st_size)
+            return
+        self._held[path] = (info.st_dev, info.st_ino, address, info.st_size)
 
     def _refuse(self, why: str) -> None:
+        self.release()
         self.refused = why
         print(f"{PINS_REFUSED}: {why}", file=sys.stderr, flush=True)
 
     def release(self) -> None:
-        for address, size in self._held.values():
-            _libc.munmap(ctypes.c_void_p(address), ctypes.c_size_t(size))
-        self._held.clear()
+        _unmap_all(self._held)
+
+
+def _unmap(held: tuple[int, int, int, int]) -> None:
+    _libc.munmap(ctypes.c_void_p(held[2]), ctypes.c_size_t(held[3]))
+
+
+def _unmap_all(held: dict[str, tuple[int, int, int, int]]) -> None:
+    for mapping in held.values():
+        _unmap(mapping)
+    held.clear()
 
 
 PINS_REFUSED = (
@@ -295,20 +340,6 @@ PINS_REFUSED = (
     "which client code read its files may show in the method process's reads under memory "
     "pressure"
 )
-
-
-def _map(fd: int, size: int) -> int | None:
-    address = _libc.mmap(None, ctypes.c_size_t(size), _PROT_READ, _MAP_SHARED, fd, 0)
-    return None if address in (None, _MAP_FAILED) else address
-
-
-def _raise_map_count() -> bool:
-    """Allow 65,536 more mappings per process (root only); False where refused."""
-    try:
-        MAX_MAP_COUNT.write_text(str(int(MAX_MAP_COUNT.read_text()) + 65_536))
-    except OSError:
-        return False
-    return True
 
 
 def meminfo_bytes(name: str) -> int:
@@ -333,6 +364,8 @@ def keep_resident(
         with contextlib.suppress(OSError):
             os.listdir(directory)
     files = list(regular_files(roots))
+    if pins is not None:
+        pins.plan(files)
     first = _pass(files, bytearray(_CHUNK), pins)
     last = _Pass()
     if first.read_back:

@@ -140,6 +140,21 @@ def _handled_fs(abi: int) -> int:
     return rights
 
 
+def _rule_fd(path: Path) -> int | None:
+    """A descriptor naming ``path`` for a Landlock rule: ``O_PATH``, or, in a process whose
+    seccomp filter refuses that (a nested domain, :func:`restrict_further`), an ordinary
+    open; None where the current domain refuses that too (a nested rule could not grant
+    it: ``/proc/self`` is now another process's directory)."""
+    try:
+        return os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except PermissionError:
+        pass
+    try:
+        return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except PermissionError:
+        return None
+
+
 def _ruleset_attr(abi: int) -> tuple[_RulesetAttr, int]:
     """The attribute and the size this ABI accepts (older kernels reject unknown fields)."""
     attr = _RulesetAttr(handled_access_fs=_handled_fs(abi))
@@ -155,8 +170,10 @@ def _ruleset_attr(abi: int) -> tuple[_RulesetAttr, int]:
 
 def _add_path_rule(ruleset_fd: int, path: Path, access: int) -> None:
     try:
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        fd = _rule_fd(path)
     except FileNotFoundError:
+        return
+    if fd is None:
         return
     try:
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
@@ -218,7 +235,7 @@ _DENIED_SYSCALLS = {
     "adjtimex": 159, "clock_adjtime": 305,
     "bpf": 321, "perf_event_open": 298,
     "sysinfo": 99, "syslog": 103, "statfs": 137, "fstatfs": 138, "ustat": 136,
-    "quotactl": 179,
+    "quotactl": 179, "openat2": 437,
 }  # fmt: skip
 # Denied unless their target is the caller itself (argument 0 for these, argument 1 for
 # setpriority and ioprio_set): another process's scheduling state is readable by pid, so
@@ -233,6 +250,12 @@ _SELF_ONLY_SYSCALLS = {
 # Python's os.preadv uses, stays allowed).
 _NOWAIT_SYSCALLS = {"preadv2": 327, "pwritev2": 328}
 _RWF_NOWAIT = 0x8
+# Denied when their flags (the argument given) ask for O_PATH: a descriptor Landlock does
+# not check, which holds its path's directory entry and inode in the kernel's caches across
+# the coordinator's drop of them, so that the method process finds that path fast
+# (page_cache.forget_lookups). openat2, whose flags the filter cannot read, is denied.
+_PATH_OPEN_SYSCALLS = {"open": (2, 1), "openat": (257, 2)}
+_O_PATH = 0o10000000
 _FCNTL = 72
 # fcntl commands denied: POSIX and open-file-description record locks (F_GETLK, F_SETLK,
 # F_SETLKW, F_OFD_*), leases and directory notifications
@@ -259,8 +282,8 @@ class _SockFprog(ctypes.Structure):
 
 def _seccomp_program() -> list[tuple[int, int, int, int]]:
     """The BPF program: deny (EPERM) every syscall of another ABI (i386, x32), those in
-    :data:`_DENIED_SYSCALLS`, the self-only ones aimed elsewhere, fcntl's lock commands
-    and ``RWF_NOWAIT`` reads and writes;
+    :data:`_DENIED_SYSCALLS`, the self-only ones aimed elsewhere, fcntl's lock commands,
+    ``RWF_NOWAIT`` reads and writes and ``O_PATH`` opens;
     allow the rest. Jumps are relative, so the program is assembled back to front."""
     deny = (_BPF_RET, 0, 0, _SECCOMP_RET_ERRNO | errno.EPERM)
     allow = (_BPF_RET, 0, 0, _SECCOMP_RET_ALLOW)
@@ -276,11 +299,14 @@ def _seccomp_program() -> list[tuple[int, int, int, int]]:
         blocks.append([arg(index), (_BPF_JEQ, 0, "D", 0), allow])
     for _number in _NOWAIT_SYSCALLS.values():
         blocks.append([arg(5), (_BPF_JSET, "D", 0, _RWF_NOWAIT), allow])
+    for _number, index in _PATH_OPEN_SYSCALLS.values():
+        blocks.append([arg(index), (_BPF_JSET, "D", 0, _O_PATH), allow])
     head = [arch, (_BPF_JEQ, 1, 0, _AUDIT_ARCH_X86_64), (_BPF_RET, 0, 0, _SECCOMP_RET_ERRNO | 1)]
     head += [nr, (_BPF_JGE, "D", 0, _X32_SYSCALL_BIT)]
     head += [(_BPF_JEQ, "D", 0, n) for n in _DENIED_SYSCALLS.values()]
     dispatch = [_FCNTL, *(n for n, _ in _SELF_ONLY_SYSCALLS.values())]
     dispatch += list(_NOWAIT_SYSCALLS.values())
+    dispatch += [n for n, _ in _PATH_OPEN_SYSCALLS.values()]
     program = head + [(_BPF_JEQ, f"B{i}", 0, n) for i, n in enumerate(dispatch)] + [allow]
     starts = {}
     for i, block in enumerate(blocks):

@@ -71,6 +71,7 @@ class ForkedChild:
     def __init__(self, pid: int, pidfd: int, template: _Template) -> None:
         self.pid, self._pidfd, self._template = pid, pidfd, template
         self._ended = False
+        self._seen = threading.Lock()  # one of the threads that watch it sees it end
 
     def poll(self) -> int | None:
         """None while it runs; its exit code is its parent's to read, so 0 once ended."""
@@ -87,8 +88,11 @@ class ForkedChild:
             watch.register(self._pidfd, select.POLLIN)
             if not watch.poll(None if timeout is None else int(timeout * 1000)):
                 return False
-            self._ended = True
-            self._template.reap(self.pid)
+            with self._seen:
+                if self._ended:
+                    return True
+                self._ended = True
+            self._template.reap(self.pid)  # once: the template's count of live children
         return True
 
     def kill(self) -> None:
