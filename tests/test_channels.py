@@ -254,6 +254,12 @@ def test_the_public_corpus_reads_under_the_seccomp_filter():
     assert int(done.stdout) > 100
 
 
+def says_ok_in_a_child(code: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
 def test_the_seccomp_filter_refuses_every_socket_family_and_ipc_object(tmp_path):
     """Directly, in a child: every address family, socketpair, SysV and POSIX IPC, locks,
     inotify, RWF_NOWAIT reads (a page-cache probe) and O_PATH opens (a held directory
@@ -299,12 +305,34 @@ def test_the_seccomp_filter_refuses_every_socket_family_and_ipc_object(tmp_path)
         assert os.preadv(fd, [bytearray(8)], 0) == 8  # a plain preadv2 reads
         import torch
         assert float(torch.ones(2).sum()) == 2.0
+        os.chdir("/usr")  # a method process may; a process that runs client code may not
         print("ok")
         """
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    says_ok_in_a_child(code)
+
+
+def test_a_process_that_runs_client_code_keeps_its_working_directory():
+    """A working directory holds its entry in the kernel's caches across the coordinator's
+    drop of them: client code could keep one of its choice cached for the method process."""
+    if not seccomp_available():
+        pytest.skip("needs seccomp (x86_64)")
+    code = textwrap.dedent(
+        """
+        import os
+        from benchmark.isolation.sandbox import deny_shared_kernel_objects
+        assert deny_shared_kernel_objects(client_code=True)
+        fd = os.open("/usr", os.O_RDONLY | os.O_DIRECTORY)
+        for attempt in (lambda: os.chdir("/usr"), lambda: os.fchdir(fd)):
+            try:
+                attempt()
+            except PermissionError:
+                continue
+            raise AssertionError("not refused")
+        print("ok")
+        """
+    )
+    says_ok_in_a_child(code)
 
 
 # --- class 6: the corpus the split was cut from ---------------------------------------------

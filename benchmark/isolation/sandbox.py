@@ -72,7 +72,8 @@ class Policy:
     read-write; unlike ``read_write`` they stay open to a nested domain
     (:func:`restrict_further`: a recomputation runs client code on the GPU too).
     ``private_scratch``: client code's process, whose scratch directory (its TMPDIR) is
-    mounted as a tmpfs of its own (:func:`_private_scratch`)."""
+    mounted as a tmpfs of its own (:func:`_private_scratch`), and which may not change its
+    working directory (:func:`deny_shared_kernel_objects`)."""
 
     read_only: tuple[Path, ...]
     read_write: tuple[Path, ...] = ()
@@ -256,6 +257,9 @@ _RWF_NOWAIT = 0x8
 # (page_cache.forget_lookups). openat2, whose flags the filter cannot read, is denied.
 _PATH_OPEN_SYSCALLS = {"open": (2, 1), "openat": (257, 2)}
 _O_PATH = 0o10000000
+# Denied to processes that run client code: a working directory holds its entry the same way
+# (the launch leaves them in the coordinator's, which client code cannot choose).
+_CLIENT_CODE_DENIED = {"chdir": 80, "fchdir": 81}
 _FCNTL = 72
 # fcntl commands denied: POSIX and open-file-description record locks (F_GETLK, F_SETLK,
 # F_SETLKW, F_OFD_*), leases and directory notifications
@@ -280,10 +284,11 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
-def _seccomp_program() -> list[tuple[int, int, int, int]]:
+def _seccomp_program(client_code: bool = False) -> list[tuple[int, int, int, int]]:
     """The BPF program: deny (EPERM) every syscall of another ABI (i386, x32), those in
-    :data:`_DENIED_SYSCALLS`, the self-only ones aimed elsewhere, fcntl's lock commands,
-    ``RWF_NOWAIT`` reads and writes and ``O_PATH`` opens;
+    :data:`_DENIED_SYSCALLS` (and :data:`_CLIENT_CODE_DENIED` for ``client_code``), the
+    self-only ones aimed elsewhere, fcntl's lock commands, ``RWF_NOWAIT`` reads and writes
+    and ``O_PATH`` opens;
     allow the rest. Jumps are relative, so the program is assembled back to front."""
     deny = (_BPF_RET, 0, 0, _SECCOMP_RET_ERRNO | errno.EPERM)
     allow = (_BPF_RET, 0, 0, _SECCOMP_RET_ALLOW)
@@ -303,7 +308,8 @@ def _seccomp_program() -> list[tuple[int, int, int, int]]:
         blocks.append([arg(index), (_BPF_JSET, "D", 0, _O_PATH), allow])
     head = [arch, (_BPF_JEQ, 1, 0, _AUDIT_ARCH_X86_64), (_BPF_RET, 0, 0, _SECCOMP_RET_ERRNO | 1)]
     head += [nr, (_BPF_JGE, "D", 0, _X32_SYSCALL_BIT)]
-    head += [(_BPF_JEQ, "D", 0, n) for n in _DENIED_SYSCALLS.values()]
+    denied = [*_DENIED_SYSCALLS.values(), *(_CLIENT_CODE_DENIED.values() if client_code else ())]
+    head += [(_BPF_JEQ, "D", 0, n) for n in denied]
     dispatch = [_FCNTL, *(n for n, _ in _SELF_ONLY_SYSCALLS.values())]
     dispatch += list(_NOWAIT_SYSCALLS.values())
     dispatch += [n for n, _ in _PATH_OPEN_SYSCALLS.values()]
@@ -328,15 +334,16 @@ def seccomp_available() -> bool:
     return sys.platform == "linux" and platform.machine() == "x86_64"
 
 
-def deny_shared_kernel_objects() -> bool:
+def deny_shared_kernel_objects(client_code: bool = False) -> bool:
     """Install the seccomp filter of :func:`_seccomp_program` on this process and its future
-    children, for good; False (nothing applied) where seccomp filters are unavailable.
+    children, for good; False (nothing applied) where seccomp filters are unavailable. A
+    process that runs ``client_code`` may not change its working directory either.
 
     Call it after the process has every file descriptor it needs (its sockets to the
     coordinator): from then on it creates no socket of any family, no IPC object, no lock."""
     if not seccomp_available():
         return False
-    program = _seccomp_program()
+    program = _seccomp_program(client_code)
     filters = (_SockFilter * len(program))(*(_SockFilter(*ins) for ins in program))
     fprog = _SockFprog(len(program), ctypes.cast(filters, ctypes.POINTER(_SockFilter)))
     _no_new_privs()
@@ -609,7 +616,7 @@ def enter_sandbox_from_environment() -> bool:
     if policy.gpu:
         policy = _with_gpu_scratch(policy, Path(data["tmp_dir"]))
     landlock = restrict(policy)
-    deny_shared_kernel_objects()
+    deny_shared_kernel_objects(client_code=policy.private_scratch)
     applied_policy = policy if landlock else None
     return landlock
 
