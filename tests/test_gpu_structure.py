@@ -118,7 +118,7 @@ def world(tmp_path_factory):
     import fedsynth_fakes
 
     from benchmark import profiles
-    from benchmark.isolation import coordinator
+    from benchmark.isolation import client_process, coordinator, template
 
     fedsynth_fakes.install_here(mp.setattr)
     mp.setattr(coordinator, "_WARM_ROLES", set())
@@ -131,7 +131,15 @@ def world(tmp_path_factory):
         return real(policy, tmp_dir)
 
     mp.setattr(coordinator, "sandbox_environment", recording)
-    yield {"root": root, "policies": policies}
+    spawned: list[tuple[str, bool]] = []  # (role, gpu) of each untrusted child started
+
+    def spawn(role, *args, **kwargs):
+        spawned.append((role, kwargs.get("gpu", False)))
+        return template.spawn(role, *args, **kwargs)
+
+    for module in (coordinator, client_process):
+        mp.setattr(module, "spawn", spawn)
+    yield {"root": root, "policies": policies, "spawned": spawned}
     fedsynth_fakes.uninstall_here()
     mp.undo()
     sys_modules = importlib.import_module("sys").modules
@@ -165,6 +173,7 @@ def run_isolated(world: dict[str, Any], tmp_path: Path, method: str, profile: st
 
     (world["root"] / "coordinator-events.jsonl").unlink(missing_ok=True)
     world["policies"].clear()
+    world["spawned"].clear()
     coordinator._WARM_ROLES.clear()  # each run's coordinator is observed from its start
     return run(spec, runs_root=tmp_path, split=split, isolated=ISOLATED)
 
@@ -233,6 +242,12 @@ def violations(
     # short-lived describe process stays closed. The policy's nodes: test_gpu_sandbox.py.
     if ISOLATED and sum(policy.gpu for policy in world["policies"]) < 2:
         found.append("[item 1] the method process's and client worker's policies are a CPU run's")
+    # ...and each is started as a GPU child (forked only from a template that left CUDA
+    # alone); only the describe process, a method process, is a CPU run's
+    as_gpu = {role for role, gpu in world["spawned"] if gpu}
+    as_cpu = {role for role, gpu in world["spawned"] if not gpu} - {"method"}
+    if ISOLATED and (as_cpu or not {"method", "client"} <= as_gpu):
+        found.append(f"[item 1] children started as a CPU run's: {world['spawned']}")
     return found
 
 
