@@ -267,6 +267,8 @@ def serve(control_fd: int) -> None:
     for name in TEMPLATE_IMPORTS:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    if "torch" in sys.modules:  # its CPU detection (cpuinfo), read once here, not per child
+        sys.modules["torch"].backends.cpu.get_cpu_capability()
     control = socket.socket(fileno=control_fd)
     os.close(os.pidfd_open(os.getpid()))  # raises where pidfds are refused: never ready
     control.send(READY + (b"1" if cuda_driver_loaded() else b"0"))
