@@ -11,15 +11,22 @@ from benchmark.isolation import page_cache
 from benchmark.privacy.errors import PrivacyError
 
 
-def _evicted(tmp_path: Path, name: str, size: int) -> Path:
-    path = tmp_path / name
-    path.write_bytes(os.urandom(size))
+def _drop(path: Path, sync: bool = False) -> None:
+    """Evict the file's pages, as memory pressure would (``sync``: written ones too, which
+    are dirty until then: the kernel keeps those)."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(fd)  # written pages are dirty: the kernel keeps those
+        if sync:
+            os.fsync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+
+
+def _evicted(tmp_path: Path, name: str, size: int) -> Path:
+    path = tmp_path / name
+    path.write_bytes(os.urandom(size))
+    _drop(path, sync=True)
     if size > 4096 and _resident(path) == -(-size // 4096):
         pytest.skip("this file system keeps a file's pages (tmpfs): nothing to bring back")
     return path
@@ -87,14 +94,6 @@ def test_a_short_count_from_cachestat_is_checked_through_a_mapping(tmp_path, mon
     with path.open("rb") as f:
         f.read()
         assert page_cache.resident_pages(f.fileno(), 8192) == 2
-
-
-def _drop(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # as memory pressure would
-    finally:
-        os.close(fd)
 
 
 def _locked_kib() -> int:

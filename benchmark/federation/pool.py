@@ -277,7 +277,8 @@ class ClientPool:
         another process (torch keys storages by address, a tokenizer's vocabulary is a hash
         map), so comparing it refused every resumed run of an honest model-training method.
         Another operation or other arguments are refused: the method is not the run that
-        was interrupted."""
+        was interrupted. Both are read as JSON, not compared as text: a log written before
+        this rule also holds the job's digest."""
         logged = self._replays[0]
         asked, was = json.loads(call), json.loads(logged.call)
         if (asked["op"], asked["args"]) != (was["op"], was["args"]):

@@ -226,9 +226,10 @@ def forget_lookups() -> bool:
     """Drop the kernel's unused directory entries and inodes (``drop_caches`` 2; root only),
     the negative entries among them: a lookup of a name that does not exist leaves one, and
     a later lookup of that name is faster, so the names client code looked up would show in
-    the method process's timing. Pages stay (an inode with cached pages is not dropped);
-    :func:`keep_resident` then brings the read set's entries back. False where the kernel
-    refuses (not root): those lookups then stay visible."""
+    the method process's timing. The read set's pages stay where it is locked (its inodes
+    are in use; this kernel, 6.18, kept unused inodes' pages too, older ones may not);
+    :func:`keep_resident` then brings its entries, and any page that went, back. False
+    where the kernel refuses (not root): those lookups then stay visible."""
     try:
         DROP_CACHES.write_text("6")  # 2: entries and inodes; 4: the kernel logs it only once
     except OSError:
