@@ -93,6 +93,7 @@ def build_record(
     release_kind: str,
     instrument: dict[str, str] | None = None,
     verbatim: dict[str, Any] | None = None,
+    open_on_schedule: set[str] | None = None,
 ) -> dict[str, Any]:
     spec = resolved.spec
     models = profile.describe()
@@ -132,6 +133,8 @@ def build_record(
     }
     if verbatim is not None:  # a release with texts: its copies of private texts, counted
         record["verbatim"] = verbatim
+    if open_on_schedule is not None:  # what the host could not close on the schedule
+        record["privacy"]["open_on_schedule"] = sorted(open_on_schedule)
     return record
 
 

@@ -264,6 +264,9 @@ class InProcessMethod:
         """Seconds spent in client code so far (the pool's count, not published)."""
         return self.ctx.pool.costs.client_seconds
 
+    def open_on_schedule(self) -> set[str]:
+        return set()  # no schedule in one process
+
     def setup(self) -> Any:
         seed_torch(self.seed, -1)
         self.state = self.method.setup(self.ctx)
@@ -447,12 +450,13 @@ def _drive(
     if checkpoint_path.exists():
         saved = resume_checkpoint(checkpoint_path, resolved.run_key)
         start, elapsed = saved["next_round"], saved["elapsed"]
+        left_open = set(saved.get("open_on_schedule", []))
         pool.load_state_dict(saved["pool"])
         ledger.releases[:] = PrivacyLedger.from_json(saved["ledger"]).releases
         pool.open_release_log()  # charges what was delivered since the checkpoint
         method.resume(saved["method_state"])
     else:
-        start, elapsed = 0, 0.0
+        start, elapsed, left_open = 0, 0.0, set()
         pool.open_release_log()  # a run killed before its first checkpoint delivered some
         method.setup()
 
@@ -481,6 +485,7 @@ def _drive(
             "pool": pool_state,
             "ledger": ledger.to_json(),
             "elapsed": own_seconds(),
+            "open_on_schedule": sorted(left_open | method.open_on_schedule()),
         }
 
         def save(payload: dict[str, Any] = payload, r: int = r) -> None:
@@ -525,6 +530,9 @@ def _drive(
         if refused
         else instrument_section([m["name"] for m in spec.evaluation.metrics], start),
         verbatim=None if verbatim is None else verbatim.to_record(),
+        open_on_schedule=left_open | method.open_on_schedule()
+        if spec.privacy.call_seconds is not None
+        else None,
     )
     if refused:
         write_record(record, run_dir / REFUSED)

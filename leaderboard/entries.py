@@ -48,26 +48,39 @@ def publication_refusal(document: dict[str, Any]) -> str | None:
     refuted, method = canary_refutation(document), document.get("method")
     if refuted or not isinstance(method, dict):
         return refuted
-    privacy = document.get("spec", {}).get("privacy", {})
-    return schedule_refusal(method["name"], privacy.get("call_seconds"))
+    call_seconds = document.get("spec", {}).get("privacy", {}).get("call_seconds")
+    left_open = document.get("privacy", {}).get("open_on_schedule", [])
+    return schedule_refusal(method["name"], call_seconds, left_open)
 
 
-def schedule_refusal(method: str, call_seconds: float | None) -> str | None:
+def schedule_refusal(
+    method: str, call_seconds: float | None, left_open: Sequence[str] = ()
+) -> str | None:
     """Why a run of ``method`` on the schedule ``call_seconds`` (``privacy.call_seconds``,
     None when unset) may not be published, else None. Client code chooses how long a pool
     call takes, and the method process can time its calls; only a public schedule closes
     that channel, so a method whose code is not the operator's own (built in, or imported
-    by this process) is published only on one (docs/architecture.md, "What leaves client
-    code")."""
+    by this process) is published only on one, and only where its host closed every
+    timing channel the schedule covers (``left_open``: the record's
+    ``privacy.open_on_schedule``, e.g. the kernel's caches where the coordinator was not
+    root; docs/architecture.md, "What leaves client code")."""
     from benchmark.registry import METHODS
 
-    if call_seconds is not None or METHODS.is_reviewed(method):
+    if METHODS.is_reviewed(method):
         return None
-    return (
-        f"{method} is third-party code and ran without privacy.call_seconds: its "
-        "client code could signal through how long its pool calls take, so it is published "
-        "only on a public schedule (fedsynth submit --call-seconds)"
-    )
+    if call_seconds is None:
+        return (
+            f"{method} is third-party code and ran without privacy.call_seconds: its "
+            "client code could signal through how long its pool calls take, so it is "
+            "published only on a public schedule (fedsynth submit --call-seconds)"
+        )
+    if left_open:
+        return (
+            f"{method} is third-party code and its host left open on the schedule: "
+            f"{', '.join(left_open)} (the coordinator could not drop or lock those caches; "
+            "run it as root on a host with room to lock the read set)"
+        )
+    return None
 
 
 def canary_refutation(document: dict[str, Any]) -> str | None:
@@ -215,6 +228,14 @@ def _group_epsilons(run_records: list[dict[str, Any]]) -> dict[str, Any]:
     return {"group_epsilons": {g: _epsilon_json(e) for g, e in worst.items()}}
 
 
+def _open_on_schedule(run_records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What any seed's host left open on the schedule (absent where no seed ran on one)."""
+    named = [
+        r["privacy"]["open_on_schedule"] for r in run_records if "open_on_schedule" in r["privacy"]
+    ]
+    return {"open_on_schedule": sorted(set().union(*named))} if named else {}
+
+
 def _instruments(run_records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The start models the seeds were measured from (benchmark.instrument): one digest when
     every seed used the same build; records from before the digest give none."""
@@ -267,6 +288,7 @@ def build_entry(
             "epsilon": _epsilon_json(eps),
             "ledgers": [r["privacy"]["ledger"] for r in run_records],
             **_group_epsilons(run_records),
+            **_open_on_schedule(run_records),
         },
         "metrics": {k: v for k, v in summaries.items() if not k.startswith(AUDIT_PREFIXES)},
         "audit": {k: v for k, v in summaries.items() if k.startswith(AUDIT_PREFIXES)},

@@ -99,6 +99,8 @@ ENTRY_SCHEMA: dict[str, Any] = {
                 "noise_seed": {"enum": list(NOISE_SEEDS)},
                 "ledgers": {"type": "array", "items": {"type": "array"}, "minItems": 1},
                 "group_epsilons": {"type": "object", "additionalProperties": _NUMBER_OR_INF},
+                # what the host could not close on the public schedule (absent off it)
+                "open_on_schedule": {"type": "array", "items": {"type": "string"}},
             },
         },
         "metrics": {"type": "object", "additionalProperties": _SUMMARY},

@@ -608,6 +608,61 @@ class Evictions(PageCache):
     how = "evict"
 
 
+REGION = 64 << 10  # one probe of the CPU's caches
+
+
+def _regions(path, offsets):
+    """The file's bytes at ``offsets`` as 64-bit words, through a shared read-only mapping
+    (the page cache's pages: physical memory every process that maps the file shares)."""
+    import mmap
+
+    with open(path, "rb") as file:
+        mapping = mmap.mmap(file.fileno(), 0, prot=mmap.PROT_READ)
+    words = np.frombuffer(mapping, dtype=np.uint64)
+    return [words[o // 8 : (o + REGION) // 8] for o in offsets]
+
+
+def touch_lines(client, payload):
+    """Client side: read some regions of a shared file, so their lines are in the CPU's
+    caches when the call ends (the choice could follow the data)."""
+    path, offsets = payload
+    for _ in range(3):
+        for region in _regions(path, offsets):
+            region.sum()
+    return mean_length(client, payload)
+
+
+@register("adv_cpu_caches")
+class CpuCaches(Adversary):
+    """Client code reads half of 16 regions of a file both processes map (its pages are
+    shared memory); after the call the method process times its own first read of each
+    region and releases the fastest half: the regions whose lines client code left in the
+    CPU's caches (flush and reload; found in issue 33)."""
+
+    configs = {"tiny": {"file": "", "offsets": [], "read": []}}
+    client_fn = staticmethod(touch_lines)
+
+    def payload(self, ctx):
+        regions = _regions(self.config["file"], self.config["offsets"])
+        for region in regions:  # its page tables, not its lines: faults are not timed
+            region[:: 4096 // 8].sum()
+        np.ones(128 << 20, dtype=np.uint8).sum()  # its own lines out of the caches
+        return [self.config["file"], self.config["read"]]
+
+    def attack(self, ctx):
+        import random
+        import time
+
+        offsets = self.config["offsets"]
+        regions = dict(zip(offsets, _regions(self.config["file"], offsets), strict=True))
+        took, scratch = {}, np.empty(REGION // 8, dtype=np.uint64)
+        for offset in random.sample(offsets, len(offsets)):  # a copy: bound by the memory
+            began = time.perf_counter_ns()
+            np.copyto(scratch, regions[offset])
+            took[offset] = time.perf_counter_ns() - began
+        return sorted(took, key=took.get)[: len(took) // 2]
+
+
 # --- issue 33: channels out of the client worker, state, the corpus, processes left over ----
 
 ABSTRACT_NAME, SHM_KEY, MQ_NAME = b"\0fedsynth-adv", 0xFED5, b"/fedsynth-adv"

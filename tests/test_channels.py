@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 from doubles import StubProfile, make_split
 
+from benchmark.isolation import page_cache
 from benchmark.isolation.containment import signal_tree
 from benchmark.isolation.sandbox import landlock_abi, seccomp_available
 from benchmark.privacy.errors import PrivacyError
@@ -63,7 +64,7 @@ def spec(method, params=None):
     )
 
 
-def scheduled(method, params, call_seconds=8):
+def scheduled(method, params, call_seconds=12):
     """``spec`` on the public schedule (``privacy.call_seconds``)."""
     data = spec(method, params).to_dict()
     data["privacy"]["call_seconds"] = call_seconds
@@ -211,8 +212,74 @@ def test_without_dropping_them_lookups_of_missing_names_tell_which_client_code_m
 ):
     from benchmark.isolation import coordinator
 
-    monkeypatch.setattr(coordinator, "forget_lookups", lambda: False)
+    monkeypatch.setattr(coordinator, "forget_lookups", lambda **_: False)
     assert lookups_told(tmp_path) >= 48
+
+
+def directory_blocks_told(tmp_path, cold: bool = False) -> int:
+    """How many of the 32 directories (of 64, outside the read set) client code looked a
+    missing name up in are among the 32 whose lookup the method process found fastest, on
+    the schedule (chance: 16 +- 3). A lookup reads the directory's blocks from the disk,
+    and those stay in the block device's page cache when its entries are dropped."""
+    names = []
+    for i in range(64):
+        directory = tmp_path / "dirs" / f"d{i}"
+        directory.mkdir(parents=True)
+        for j in range(300):  # a directory of several blocks
+            (directory / f"an-entry-with-a-longer-name-{j:04d}").touch()
+        names.append(str(directory / f"missing-{os.urandom(8).hex()}"))
+    os.sync()  # written back: a drop keeps dirty pages
+    if cold:  # the directories out of the cache (and all else nothing maps)
+        page_cache.DROP_CACHES.write_text("3")
+    looked_up = names[::2]
+    params = {"files": names, "read": looked_up}
+    # a slot drops every page nothing maps, then walks the read set back: ~3 s here, quiet
+    result = go(tmp_path / "runs", scheduled("adv_lookups", params, call_seconds=20))
+    return len(set(result.artifact.texts) & set(looked_up))
+
+
+@needs_root
+def test_on_the_schedule_lookups_in_directories_outside_the_read_set_tell_nothing(tmp_path):
+    """Inside each call's slot, once the read set is locked, the coordinator also drops
+    every page nothing maps (``forget_lookups(directory_blocks=True)``), the directories'
+    blocks among them: none is faster for client code's lookup."""
+    assert directory_blocks_told(tmp_path) <= 23
+
+
+@needs_root
+@pytest.mark.slow  # the channel, shown open where only the entries are dropped (and cold)
+def test_dropping_only_the_entries_leaves_the_directories_blocks_telling(tmp_path, monkeypatch):
+    from benchmark.isolation import coordinator
+
+    monkeypatch.setattr(coordinator, "forget_lookups", lambda **_: page_cache.forget_lookups())
+    assert directory_blocks_told(tmp_path, cold=True) >= 24
+
+
+def cpu_caches_told(tmp_path) -> int:
+    """How many of the 16 regions (of 32, in the middle of a library every sandbox maps)
+    client code read are among the 16 the method process read fastest after the call, on
+    the schedule (chance: 8 +- 1.4)."""
+    import torch
+    from adversaries import REGION
+
+    library = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
+    start = library.stat().st_size // 2 // 4096 * 4096
+    offsets = [start + i * REGION for i in range(32)]
+    read = offsets[::2]
+    params = {"file": str(library), "offsets": offsets, "read": read}
+    result = go(tmp_path, scheduled("adv_cpu_caches", params))
+    root = os.access(page_cache.DROP_CACHES, os.W_OK)  # else the kernel's caches stay
+    assert ("lookups" in result.record["privacy"]["open_on_schedule"]) != root
+    return len(set(result.artifact.texts) & {str(o) for o in read})
+
+
+def test_on_the_schedule_the_cpu_caches_tell_nothing(tmp_path):
+    """Inside each call's slot the coordinator reads a buffer twice the largest cache on
+    every CPU (``cpu_caches.CacheSweep``): the lines client code left in the caches are
+    gone before the method process runs. (Here the harness's own work between the call
+    and the probe disturbs the caches enough without it: ``tests/test_cpu_caches.py``
+    shows the channel, and the sweep closing it, on bare processes.)"""
+    assert cpu_caches_told(tmp_path) <= 12
 
 
 @needs_namespaces

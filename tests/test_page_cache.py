@@ -139,3 +139,77 @@ def test_nothing_is_locked_where_too_little_memory_would_stay_available(tmp_path
     pins = page_cache.Pins()
     page_cache.keep_resident([tmp_path / "a"], pins=pins)
     assert "available" in pins.refused and _locked_kib() == before
+
+
+def test_what_the_host_cannot_close_on_the_schedule_is_collected(tmp_path, monkeypatch):
+    """The coordinator's settling between a call and the method process's next turn names
+    what it could not do, for the record (``privacy.open_on_schedule``): the drop refused
+    (not root), and, with the read set not locked, the drop of the directories' blocks
+    (it would drop the read set too) and the page cache's order."""
+    from benchmark.isolation import coordinator
+    from benchmark.isolation.sandbox import Policy
+
+    (tmp_path / "a").write_bytes(b"x" * 10_000)
+    drops = []
+    monkeypatch.setattr(coordinator, "forget_lookups", lambda **kw: drops.append(kw) or True)
+    monkeypatch.setattr(page_cache, "pin_margin", lambda: 1 << 50)  # no room to lock
+    settle = coordinator._Settling(Policy(read_only=(tmp_path,)))
+    settle.sweep.sweep = lambda: drops.append("swept")
+    settle(after_client_code=False)  # before the method process starts
+    assert settle.open == {coordinator.PAGE_ORDER}
+    settle()  # after a call
+    assert settle.open == {coordinator.PAGE_ORDER, coordinator.DIRECTORY_BLOCKS}
+    assert drops == [{"directory_blocks": False}, "swept"] * 2
+    monkeypatch.setattr(coordinator, "forget_lookups", lambda **kw: False)
+    settle()
+    assert coordinator.LOOKUPS in settle.open
+    settle.close()
+
+
+@pytest.mark.skipif(not os.access("/proc/sys/vm/drop_caches", os.W_OK), reason="root only")
+def test_once_the_read_set_is_locked_the_directories_blocks_go_too(tmp_path, monkeypatch):
+    from benchmark.isolation import coordinator
+    from benchmark.isolation.sandbox import Policy
+
+    (tmp_path / "a").write_bytes(b"x" * 10_000)
+    drops = []
+    monkeypatch.setattr(coordinator, "forget_lookups", lambda **kw: drops.append(kw) or True)
+    settle = coordinator._Settling(Policy(read_only=(tmp_path,)))
+    settle.sweep.sweep = lambda: None
+    settle(after_client_code=False)
+    settle()
+    assert drops == [{"directory_blocks": False}, {"directory_blocks": True}]
+    assert settle.open == set()
+    settle.close()
+
+
+def test_runs_on_the_schedule_take_the_host_one_at_a_time(tmp_path, monkeypatch):
+    """The caches a run on the schedule drops, locks and sweeps are the host's: a second
+    one waits until the first has closed (here, a second process's)."""
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    from benchmark.isolation import coordinator
+    from benchmark.isolation.sandbox import Policy
+
+    lock = tmp_path / "schedule.lock"
+    monkeypatch.setattr(coordinator, "HOST_SCHEDULE_LOCK", lock)
+    monkeypatch.setattr(coordinator, "forget_lookups", lambda **_: True)
+    first = coordinator._Settling(Policy(read_only=()))
+    second = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            from benchmark.files import exclusive_lock
+            from pathlib import Path
+            with exclusive_lock(Path({str(lock)!r}), waiting="waits"):
+                print("got it", flush=True)
+            """)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )  # fmt: skip
+    time.sleep(2)
+    assert second.poll() is None  # waiting
+    first.close()
+    out, err = second.communicate(timeout=30)
+    assert out == "got it\n" and "waits" in err

@@ -283,6 +283,23 @@ def test_third_party_code_off_the_public_schedule_is_neither_signed_nor_verified
     assert bad == path and "ran without privacy.call_seconds" in reason
 
 
+def test_third_party_code_whose_host_left_a_cache_open_is_neither_signed_nor_verified(store):
+    """On the schedule, a host that could not drop or lock the kernel's caches (not root,
+    too little memory) leaves timing channels open; the record says which
+    (``privacy.open_on_schedule``), and third-party code is then not published."""
+    _, real = entry_of(store, "dp_fedavg")
+    theirs = renamed(real, "their_method", call_seconds=30.0)
+    theirs["privacy"] = {**theirs["privacy"], "open_on_schedule": ["lookups"]}
+    theirs["integrity"] = integrity_digest(theirs)
+    with pytest.raises(PublicationRefused, match="left open on the schedule: lookups"):
+        sign_entry(theirs, host_key(store))
+    theirs["privacy"]["open_on_schedule"] = []
+    theirs["integrity"] = integrity_digest(theirs)
+    assert publication_refusal(theirs) is None
+    ours = {**real, "privacy": {**real["privacy"], "open_on_schedule": ["lookups"]}}
+    assert publication_refusal(ours) is None  # built-in code: the operator's own
+
+
 def test_a_submitted_files_method_is_third_party_and_a_built_in_is_not(tmp_path):
     adapter = tmp_path / "probe_adapter.py"
     adapter.write_text(

@@ -27,10 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.federation.pool import ClientPool
+from benchmark.files import exclusive_lock
 from benchmark.isolation.bounds import RequestBoundError, RequestBounds
 from benchmark.isolation.client_process import PRIVATE_LOG, ClientFunctionError, child_env
 from benchmark.isolation.containment import signal_tree
 from benchmark.isolation.corpus import denied_paths
+from benchmark.isolation.cpu_caches import CacheSweep
 from benchmark.isolation.page_cache import Pins, forget_lookups, keep_resident
 from benchmark.isolation.sandbox import (
     Policy,
@@ -131,19 +133,58 @@ LOOKUPS_SHOWN = (
     "process's timing"
 )
 
+# What a run on the schedule leaves open where the host cannot close it, as its record
+# names them (``privacy.open_on_schedule``; a third-party method's is then never published).
+LOOKUPS, DIRECTORY_BLOCKS, PAGE_ORDER = "lookups", "directory blocks", "page cache order"
 
-def _settle_file_caches(policy: Policy, pins: Pins | None) -> None:
-    """Before a method process on the schedule runs (again): the entries lookups left
-    dropped (:func:`~.page_cache.forget_lookups`), then its read set resident and locked
-    (:func:`~.page_cache.keep_resident`); said once where the kernel refuses the drop."""
-    global _lookups_shown
-    if not forget_lookups() and not _lookups_shown:
-        print(LOOKUPS_SHOWN, file=sys.stderr, flush=True)
-        _lookups_shown = True
-    keep_resident(policy.read_only, policy.list_only, pins)
+# One run on the schedule at a time per host: the caches it drops, locks and sweeps are the
+# host's, and another run's client code would move them meanwhile.
+HOST_SCHEDULE_LOCK = Path(tempfile.gettempdir()) / "fedsynth-schedule.lock"
+WAITING = "fedsynth: waiting for another run on the public schedule on this host to end"
+_holding_host = False  # this process holds that lock
 
 
-_lookups_shown = False
+class _Settling:
+    """What the coordinator does, inside each call's slot, before a method process on the
+    schedule runs again, so that nothing client code did in the call shows in its timing:
+    the kernel's unused directory entries and inodes dropped, and, once the read set is
+    locked, every page nothing maps (:func:`~.page_cache.forget_lookups`); the read set
+    resident and locked again (:func:`~.page_cache.keep_resident`); the CPU's caches
+    refilled (:class:`~.cpu_caches.CacheSweep`). It collects what the host could not
+    close."""
+
+    def __init__(self, policy: Policy) -> None:
+        global _holding_host
+        if _holding_host:  # a second wait in this process would never end
+            raise PrivacyError("a run on the public schedule is already open in this process")
+        self._held: contextlib.ExitStack | None = contextlib.ExitStack()
+        self._held.enter_context(exclusive_lock(HOST_SCHEDULE_LOCK, waiting=WAITING))
+        _holding_host = True
+        self.policy = policy
+        self.pins = Pins()
+        self.sweep = CacheSweep()
+        self.open: set[str] = set()
+
+    def __call__(self, after_client_code: bool = True) -> None:
+        locked = self.pins.planned and self.pins.refused is None
+        if not forget_lookups(directory_blocks=locked):
+            if LOOKUPS not in self.open:
+                print(LOOKUPS_SHOWN, file=sys.stderr, flush=True)
+            self.open.add(LOOKUPS)
+        elif after_client_code and not locked:
+            self.open.add(DIRECTORY_BLOCKS)
+        keep_resident(self.policy.read_only, self.policy.list_only, self.pins)
+        if self.pins.refused is not None:
+            self.open.add(PAGE_ORDER)
+        self.sweep.sweep()
+
+    def close(self) -> None:
+        """Unlock the read set and let the next run on the schedule start (once)."""
+        global _holding_host
+        self.pins.release()
+        if self._held is not None:
+            self._held.close()
+            self._held, _holding_host = None, False
 
 
 class MethodProcess:
@@ -161,20 +202,24 @@ class MethodProcess:
         bounds: RequestBounds | None = None,
         call_seconds: float | None = None,
     ) -> None:
-        # On the schedule what it may read is kept resident and locked: unlocked at close,
-        # or when this object is collected (a constructor that failed after locking).
-        self._policy = policy
-        self._pins = Pins() if call_seconds is not None else None
-        if self._pins is not None:
-            _settle_file_caches(policy, self._pins)
+        # On the schedule what it may read is kept resident and locked, and the host held:
+        # both let go at close, or at once where this constructor fails.
+        self._settle = _Settling(policy) if call_seconds is not None else None
         ours, theirs = wire.stream_pair()
-        self.proc = spawn(
-            "method",
-            (theirs.fileno(),),
-            {**child_env(policy.gpu), **sandbox_environment(policy, tmp_dir)},
-            process_group=True,  # stopped and continued as a whole (call_seconds)
-            gpu=policy.gpu,
-        )
+        try:
+            if self._settle is not None:
+                self._settle(after_client_code=False)
+            self.proc = spawn(
+                "method",
+                (theirs.fileno(),),
+                {**child_env(policy.gpu), **sandbox_environment(policy, tmp_dir)},
+                process_group=True,  # stopped and continued as a whole (call_seconds)
+                gpu=policy.gpu,
+            )
+        except BaseException:
+            if self._settle is not None:
+                self._settle.close()
+            raise
         self.call_seconds = call_seconds  # the public schedule of pool calls, if any
         theirs.close()
         self._sock = ours
@@ -241,9 +286,9 @@ class MethodProcess:
         below it, :func:`~.containment.signal_tree`: no thread of it can measure the client
         side's load), and its answer held until ``call_seconds``
         after the request, so neither its clocks nor its progress tell how long client code
-        took; before it runs again, the kernel's unused directory entries are dropped and
-        every file it may read is resident once more (:func:`_settle_file_caches`), so
-        neither do its reads and lookups. Work past the
+        took; before it runs again, the caches client code could have moved are settled
+        (:class:`_Settling`), so neither do its reads, lookups and memory accesses. Work
+        past the
         schedule stops the run: a late answer would tell. The clients' memos are fetched
         within the call's slot (:meth:`~.client_process.MemoHolding.hold_memos`); a
         checkpoint that still wakes client code (no call since it last ran) takes a slot of
@@ -255,7 +300,7 @@ class MethodProcess:
         try:
             self.flush_checkpoint()
             yield
-            _settle_file_caches(self._policy, self._pins)
+            self._settle()
             late = time.perf_counter() - began - self.call_seconds
             if late > 0:
                 raise PrivacyError(
@@ -324,8 +369,13 @@ class MethodProcess:
             self.proc.kill()
             self.proc.wait()
         finally:
-            if self._pins is not None:
-                self._pins.release()
+            if self._settle is not None:
+                self._settle.close()
+
+    @property
+    def open_on_schedule(self) -> set[str]:
+        """What the host could not close on the schedule (names, as :class:`_Settling`)."""
+        return set() if self._settle is None else set(self._settle.open)
 
 
 def dispatch(
@@ -451,6 +501,9 @@ class RemoteMethod:
     def pool_seconds(self) -> float:
         """Seconds the coordinator has spent serving this process's pool calls."""
         return self._process.served_seconds
+
+    def open_on_schedule(self) -> set[str]:
+        return self._process.open_on_schedule
 
     def at_checkpoint(self, save: Callable[[], None]) -> None:
         self._process.at_checkpoint(save)

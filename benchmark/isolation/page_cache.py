@@ -222,16 +222,21 @@ def _pass(files: Iterable[str], buffer: bytearray | None, pins: Pins | None = No
 DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 
 
-def forget_lookups() -> bool:
+def forget_lookups(directory_blocks: bool = False) -> bool:
     """Drop the kernel's unused directory entries and inodes (``drop_caches`` 2; root only),
     the negative entries among them: a lookup of a name that does not exist leaves one, and
     a later lookup of that name is faster, so the names client code looked up would show in
-    the method process's timing. The read set's pages stay where it is locked (its inodes
-    are in use; this kernel, 6.18, kept unused inodes' pages too, older ones may not);
-    :func:`keep_resident` then brings its entries, and any page that went, back. False
-    where the kernel refuses (not root): those lookups then stay visible."""
-    try:
-        DROP_CACHES.write_text("6")  # 2: entries and inodes; 4: the kernel logs it only once
+    the method process's timing. With ``directory_blocks``, every page nothing maps or
+    locks goes too (``drop_caches`` 1): the blocks a lookup read from the disk (the
+    directory's, its inode's), which stay in the block device's page cache after the
+    entries go, so a later lookup in a directory outside the read set would be faster by a
+    disk read. Only where the read set is locked: else its own pages would go, and the walk
+    would read them all back. The read set's locked pages stay (its inodes are in use;
+    this kernel, 6.18, kept unused inodes' pages too on a drop of 2, older ones may not);
+    :func:`keep_resident` then brings its entries and directories, and any page that went,
+    back. False where the kernel refuses (not root): those lookups then stay visible."""
+    try:  # 4: the kernel logs the drop only once
+        DROP_CACHES.write_text("7" if directory_blocks else "6")
     except OSError:
         return False
     return True

@@ -1,0 +1,76 @@
+"""The CPU's data caches, refilled with the coordinator's own data before a method process
+on the public schedule runs again.
+
+A method process and the client worker share physical memory: the pages of every file both
+map (the interpreter's libraries, the packages, the model caches, which the page cache
+holds once) and what both inherit, copy-on-write, from one launch template. A line of that
+memory that client code touched stays in the CPU's caches after its call, and the method
+process can time its own access to each line (flush and reload; or, without sharing, time
+which of its own lines client code evicted, prime and probe): which lines were fast spells
+what client code chose. :class:`CacheSweep` reads a buffer larger than every cache level
+on every CPU the run may use, inside the call's slot, after the page cache's walk, so the
+caches hold the sweep's lines whatever client code did (measured in
+``docs/architecture.md``, "the CPU's caches"). Caches the kernel describes under
+``/sys/devices/system/cpu/cpu*/cache`` only: what they do not list (a GPU's, the branch
+predictors') stays open.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+
+CACHES = Path("/sys/devices/system/cpu")
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+FALLBACK_BYTES = 256 << 20  # where the kernel lists no caches
+
+
+def _size(text: str) -> int:
+    text = text.strip()
+    return int(text[:-1]) * _UNITS[text[-1]] if text[-1:] in _UNITS else int(text)
+
+
+def largest_cache_bytes(cpus: set[int]) -> int:
+    """The largest data or unified cache any of ``cpus`` has (a shared last-level cache is
+    listed under each CPU that shares it); 0 where the kernel lists none."""
+    largest = 0
+    for cpu in cpus:
+        for index in (CACHES / f"cpu{cpu}" / "cache").glob("index*"):
+            try:
+                if (index / "type").read_text().strip() == "Instruction":
+                    continue
+                largest = max(largest, _size((index / "size").read_text()))
+            except (OSError, ValueError):
+                continue
+    return largest
+
+
+class CacheSweep:
+    """A buffer twice the largest cache, read in full by one thread pinned to each CPU the
+    coordinator may run on (the method process inherits its affinity): each CPU's private
+    caches and the shared last level then hold the buffer's lines, in whatever
+    (non-)inclusive arrangement the CPU keeps them."""
+
+    def __init__(self, cpus: set[int] | None = None) -> None:
+        self.cpus = set(os.sched_getaffinity(0)) if cpus is None else cpus
+        size = 2 * (largest_cache_bytes(self.cpus) or FALLBACK_BYTES)
+        self._lines = np.ones(size // 8, dtype=np.uint64)  # written once: its own pages
+
+    @property
+    def nbytes(self) -> int:
+        return self._lines.nbytes
+
+    def sweep(self) -> None:
+        """Read the buffer on every CPU, in parallel (numpy's sum lets go of the GIL)."""
+        threads = [threading.Thread(target=self._read_on, args=(cpu,)) for cpu in self.cpus]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    def _read_on(self, cpu: int) -> None:
+        os.sched_setaffinity(0, {cpu})  # this thread only
+        self._lines.sum()

@@ -1,0 +1,97 @@
+"""The CPU's caches as a channel between two processes that share memory, and the sweep the
+coordinator runs between client code's turn and the method process's
+(:mod:`benchmark.isolation.cpu_caches`), shown on bare processes: the harness's own work
+between a call's end and the method process's next step already disturbs the caches on
+this machine, so there the channel could not show what the sweep closes
+(``tests/test_channels.py``, ``adv_cpu_caches``)."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from adversaries import REGION, _regions
+
+from benchmark.isolation.cpu_caches import CacheSweep, largest_cache_bytes
+
+LIBRARY = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"  # every process maps it
+
+
+def told(sweep: CacheSweep | None, trials: int = 6) -> float:
+    """A forked child reads half of 32 regions of a shared library (its pages are the page
+    cache's, shared); then ``sweep`` runs, if any; then this process times a copy of each
+    region. Mean, over ``trials``, of how many of the 16 fastest the child read (chance: 8)."""
+    start = LIBRARY.stat().st_size // 2 // 4096 * 4096
+    offsets = [start + i * REGION for i in range(32)]
+    ask, answer = os.pipe(), os.pipe()
+    child = os.fork()
+    if child == 0:  # the client side
+        os.close(ask[1])
+        regions = _regions(str(LIBRARY), offsets)
+        while chosen := os.read(ask[0], 8):
+            mask = int.from_bytes(chosen, "little")
+            for _ in range(3):
+                for i, region in enumerate(regions):
+                    if mask >> i & 1:
+                        region.sum()
+            os.write(answer[1], b".")
+        os._exit(0)
+    os.close(ask[0])
+    regions, scratch = _regions(str(LIBRARY), offsets), np.empty(REGION // 8, np.uint64)
+    for region in regions:
+        region[:: 4096 // 8].sum()  # page tables, not lines
+    hits = []
+    try:
+        for _ in range(trials):
+            np.ones(128 << 20, dtype=np.uint8).sum()  # this process's lines out
+            chosen = random.sample(range(32), 16)
+            os.write(ask[1], sum(1 << i for i in chosen).to_bytes(8, "little"))
+            os.read(answer[0], 1)
+            if sweep is not None:
+                sweep.sweep()
+            took = {}
+            for i in random.sample(range(32), 32):
+                began = time.perf_counter_ns()
+                np.copyto(scratch, regions[i])
+                took[i] = time.perf_counter_ns() - began
+            hits.append(len(set(sorted(took, key=took.get)[:16]) & set(chosen)))
+    finally:
+        os.close(ask[1])
+        os.waitpid(child, 0)
+    return float(np.mean(hits))
+
+
+def test_the_sweep_leaves_no_line_of_client_code_to_time():
+    assert told(CacheSweep()) <= 11
+
+
+@pytest.mark.slow  # the channel, shown open: load beside it disturbs the caches too
+def test_without_the_sweep_the_lines_client_code_read_are_the_fast_ones():
+    assert told(None) >= 13
+
+
+def test_the_sweep_covers_the_largest_cache_on_every_cpu_twice():
+    cpus = set(os.sched_getaffinity(0))
+    sweep = CacheSweep()
+    assert sweep.cpus == cpus
+    assert sweep.nbytes >= 2 * largest_cache_bytes(cpus) > 0
+
+
+def test_cache_sizes_are_read_as_the_kernel_writes_them(tmp_path, monkeypatch):
+    from benchmark.isolation import cpu_caches
+
+    for index, (kind, size) in enumerate(
+        [("Data", "48K"), ("Instruction", "64M"), ("Unified", "2048K")]
+    ):
+        folder = tmp_path / "cpu3" / "cache" / f"index{index}"
+        folder.mkdir(parents=True)
+        (folder / "type").write_text(f"{kind}\n")
+        (folder / "size").write_text(f"{size}\n")
+    monkeypatch.setattr(cpu_caches, "CACHES", tmp_path)
+    assert largest_cache_bytes({3}) == 2048 << 10  # an instruction cache is not swept
+    assert largest_cache_bytes({4}) == 0
