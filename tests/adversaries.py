@@ -663,6 +663,17 @@ class CpuCaches(Adversary):
         return sorted(took, key=took.get)[: len(took) // 2]
 
 
+@register("adv_speculation")
+class Speculation(Adversary):
+    """Releases how the kernel treats its branch predictors (``/proc/self/status``): a
+    method process whose indirect branch predictors are not flushed on a switch could time
+    branches client code trained."""
+
+    def attack(self, ctx):
+        lines = Path("/proc/self/status").read_text().splitlines()
+        return [line for line in lines if line.startswith("SpeculationIndirectBranch")]
+
+
 # --- issue 33: channels out of the client worker, state, the corpus, processes left over ----
 
 ABSTRACT_NAME, SHM_KEY, MQ_NAME = b"\0fedsynth-adv", 0xFED5, b"/fedsynth-adv"

@@ -27,7 +27,7 @@ def test_submit_produces_shown_verifiable_entries(tmp_path):
     assert unscheduled.exit_code != 0 and "Missing option '--call-seconds'" in unscheduled.output
     result = CliRunner().invoke(
         cli,
-        ["submit", ADAPTER, "--suite", "tiny", "--call-seconds", "20", "--bundle", str(bundle)]
+        ["submit", ADAPTER, "--suite", "tiny", "--call-seconds", "12", "--bundle", str(bundle)]
         + args,
     )
     assert result.exit_code == 0, result.output
@@ -56,7 +56,7 @@ def test_submit_produces_shown_verifiable_entries(tmp_path):
 
     tampered = store / entry_name
     entry = json.loads(tampered.read_text())
-    assert entry["spec"]["privacy"]["call_seconds"] == 20  # on the public schedule
+    assert entry["spec"]["privacy"]["call_seconds"] == 12  # on the public schedule
     entry["privacy"]["delta"] = 0.5
     tampered.write_text(json.dumps(entry))
     rejected = CliRunner().invoke(cli, [*verify, "--trust-host"])

@@ -615,6 +615,10 @@ def enter_sandbox_from_environment() -> bool:
         _private_scratch(Path(data["tmp_dir"]))
     if policy.gpu:
         policy = _with_gpu_scratch(policy, Path(data["tmp_dir"]))
+    from benchmark.isolation.containment import isolate_branch_predictors
+
+    if not isolate_branch_predictors():
+        print(BRANCHES_SHOWN, file=sys.stderr, flush=True)
     landlock = restrict(policy)
     deny_shared_kernel_objects(client_code=policy.private_scratch)
     applied_policy = policy if landlock else None
@@ -629,6 +633,11 @@ def kernel_caches(scratch: Path) -> dict[str, str]:
     scratch (their defaults are under the home directory, which it cannot write)."""
     return {"TRITON_CACHE_DIR": str(scratch / "triton"), "CUDA_CACHE_PATH": str(scratch / "cuda")}
 
+
+BRANCHES_SHOWN = (
+    "fedsynth: the kernel offers no per-process flush of the branch predictors here: what "
+    "client code trains them with may show in a method process's timing"
+)
 
 SCRATCH_SHOWN = (
     "fedsynth: this client-side process's scratch directory is on the host's file system "
