@@ -265,7 +265,7 @@ class InProcessMethod:
         return self.ctx.pool.costs.client_seconds
 
     def open_on_schedule(self) -> set[str]:
-        return set()  # no schedule in one process
+        return {"everything (one process: no schedule)"}  # tests only: never published
 
     def setup(self) -> Any:
         seed_torch(self.seed, -1)
@@ -374,18 +374,21 @@ def run(
             work_dir=work_dir,
             diagnostics=Diagnostics(run_dir),
         )
-        if isolated:
-            launch.warm(evaluation_start(ctx, "public"))
-            method: Any = launch.method(resolved, pool, run_dir)
-        else:
-            method = InProcessMethod(method_cls(resolved.method_config), ctx, spec.seed)
         try:
-            return _drive(
-                method, spec, resolved, split, pool, ctx, run_dir, role, stop_after_round, canaries
-            )
-        finally:
-            method.close()
             if isolated:
+                launch.warm(evaluation_start(ctx, "public"))
+                method: Any = launch.method(resolved, pool, run_dir)
+            else:
+                method = InProcessMethod(method_cls(resolved.method_config), ctx, spec.seed)
+            try:
+                return _drive(
+                    method, spec, resolved, split, pool, ctx, run_dir, role, stop_after_round,
+                    canaries,
+                )  # fmt: skip
+            finally:
+                method.close()
+        finally:
+            if isolated:  # also where the method process failed to start
                 launch.close()
 
 
@@ -450,13 +453,12 @@ def _drive(
     if checkpoint_path.exists():
         saved = resume_checkpoint(checkpoint_path, resolved.run_key)
         start, elapsed = saved["next_round"], saved["elapsed"]
-        left_open = set(saved.get("open_on_schedule", []))
         pool.load_state_dict(saved["pool"])
         ledger.releases[:] = PrivacyLedger.from_json(saved["ledger"]).releases
         pool.open_release_log()  # charges what was delivered since the checkpoint
         method.resume(saved["method_state"])
     else:
-        start, elapsed, left_open = 0, 0.0, set()
+        start, elapsed = 0, 0.0
         pool.open_release_log()  # a run killed before its first checkpoint delivered some
         method.setup()
 
@@ -485,7 +487,6 @@ def _drive(
             "pool": pool_state,
             "ledger": ledger.to_json(),
             "elapsed": own_seconds(),
-            "open_on_schedule": sorted(left_open | method.open_on_schedule()),
         }
 
         def save(payload: dict[str, Any] = payload, r: int = r) -> None:
@@ -530,7 +531,7 @@ def _drive(
         if refused
         else instrument_section([m["name"] for m in spec.evaluation.metrics], start),
         verbatim=None if verbatim is None else verbatim.to_record(),
-        open_on_schedule=left_open | method.open_on_schedule()
+        open_on_schedule=method.open_on_schedule()
         if spec.privacy.call_seconds is not None
         else None,
     )

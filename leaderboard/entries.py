@@ -49,12 +49,12 @@ def publication_refusal(document: dict[str, Any]) -> str | None:
     if refuted or not isinstance(method, dict):
         return refuted
     call_seconds = document.get("spec", {}).get("privacy", {}).get("call_seconds")
-    left_open = document.get("privacy", {}).get("open_on_schedule", [])
+    left_open = document.get("privacy", {}).get("open_on_schedule")
     return schedule_refusal(method["name"], call_seconds, left_open)
 
 
 def schedule_refusal(
-    method: str, call_seconds: float | None, left_open: Sequence[str] = ()
+    method: str, call_seconds: float | None, left_open: Sequence[str] | None = ()
 ) -> str | None:
     """Why a run of ``method`` on the schedule ``call_seconds`` (``privacy.call_seconds``,
     None when unset) may not be published, else None. Client code chooses how long a pool
@@ -63,7 +63,8 @@ def schedule_refusal(
     by this process) is published only on one, and only where its host closed every
     timing channel the schedule covers (``left_open``: the record's
     ``privacy.open_on_schedule``, e.g. the kernel's caches where the coordinator was not
-    root; docs/architecture.md, "What leaves client code")."""
+    root; None where a record or entry does not say, which is refused too; docs/architecture.md,
+    "What leaves client code")."""
     from benchmark.registry import METHODS
 
     if METHODS.is_reviewed(method):
@@ -73,6 +74,11 @@ def schedule_refusal(
             f"{method} is third-party code and ran without privacy.call_seconds: its "
             "client code could signal through how long its pool calls take, so it is "
             "published only on a public schedule (fedsynth submit --call-seconds)"
+        )
+    if left_open is None:
+        return (
+            f"{method} is third-party code and its record does not say what its host left "
+            "open on the schedule (privacy.open_on_schedule; a record from before it)"
         )
     if left_open:
         return (
@@ -229,11 +235,11 @@ def _group_epsilons(run_records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _open_on_schedule(run_records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """What any seed's host left open on the schedule (absent where no seed ran on one)."""
-    named = [
-        r["privacy"]["open_on_schedule"] for r in run_records if "open_on_schedule" in r["privacy"]
-    ]
-    return {"open_on_schedule": sorted(set().union(*named))} if named else {}
+    """What any seed's host left open on the schedule (absent unless every seed says)."""
+    named = [r["privacy"].get("open_on_schedule") for r in run_records]
+    if any(n is None for n in named):  # a seed that does not say: the entry does not either
+        return {}
+    return {"open_on_schedule": sorted(set().union(*named))}
 
 
 def _instruments(run_records: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -674,6 +674,14 @@ class Speculation(Adversary):
         return [line for line in lines if line.startswith("SpeculationIndirectBranch")]
 
 
+@register("adv_fails_to_start")
+class FailsToStart(Adversary):
+    """Fails before the method process's first answer (its number of rounds)."""
+
+    def num_rounds(self):
+        raise RuntimeError("no rounds today")
+
+
 # --- issue 33: channels out of the client worker, state, the corpus, processes left over ----
 
 ABSTRACT_NAME, SHM_KEY, MQ_NAME = b"\0fedsynth-adv", 0xFED5, b"/fedsynth-adv"

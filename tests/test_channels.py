@@ -165,12 +165,12 @@ def test_without_a_schedule_the_page_cache_tells_which_files_client_code_read(tm
 def test_on_the_schedule_the_page_cache_tells_nothing(tmp_path):
     """On the public schedule every file the method process may read is resident before
     it starts and again after each call (``page_cache.keep_resident``): its first reads
-    are all fast, and the fastest half is the half client code read by chance only
-    (1 in 12,870)."""
+    are all fast, and the fastest half holds 7 or 8 of the 8 client code read by chance only
+    (65 in 12,870; without the schedule, a slow test, it holds all 8)."""
     files = _cold_files()
     read = files[::2]
     result = go(tmp_path, scheduled("adv_page_cache", {"files": files, "read": read}))
-    assert sorted(result.artifact.texts) != sorted(read)
+    assert len(set(result.artifact.texts) & set(read)) <= 6  # 7 or 8 by chance: 1 in 198
 
 
 def test_on_the_schedule_what_client_code_evicts_is_resident_again(tmp_path):
@@ -281,9 +281,17 @@ def test_on_the_schedule_the_cpu_caches_tell_nothing(tmp_path):
     assert cpu_caches_told(tmp_path) <= 12
 
 
-SPECTRE_V2 = Path("/sys/devices/system/cpu/vulnerabilities/spectre_v2")
+def _spectre_v2() -> str:
+    """The kernel's Spectre v2 mitigations ("" where unreadable: a sandbox that imports
+    this module for a client function here may not read /sys)."""
+    try:
+        return Path("/sys/devices/system/cpu/vulnerabilities/spectre_v2").read_text()
+    except OSError:
+        return ""
+
+
 needs_conditional_ibpb = pytest.mark.skipif(
-    "IBPB: conditional" not in (SPECTRE_V2.read_text() if SPECTRE_V2.exists() else ""),
+    "IBPB: conditional" not in _spectre_v2(),
     reason="the kernel offers no per-process flush of the branch predictors",
 )
 
@@ -317,6 +325,18 @@ def test_the_flush_is_kept_by_children_and_cannot_be_undone():
             """
         )
     )
+
+
+def test_a_method_that_fails_to_start_on_the_schedule_lets_the_host_go(tmp_path):
+    """The host's schedule lock and the locked read set are let go where the method
+    process fails before its first answer: the next run on the schedule in this process
+    starts (before, it was refused as "already open")."""
+    from benchmark.isolation import coordinator
+
+    with pytest.raises(Exception):  # noqa: B017 (whatever the method process reports)
+        go(tmp_path / "a", scheduled("adv_fails_to_start", {}))
+    assert not coordinator._holding_host
+    assert go(tmp_path / "b", scheduled("adv_speculation", {})).artifact.texts
 
 
 @needs_namespaces
@@ -616,13 +636,22 @@ def survivors(tag, wait_s=3.0):
 
 
 @needs_namespaces
-def test_daemons_left_by_client_and_server_code_die_with_a_failed_run(tmp_path):
+@pytest.mark.parametrize("outcome", ["fails", "succeeds", "overruns its schedule"])
+def test_daemons_left_by_client_and_server_code_die_with_the_run(tmp_path, outcome):
     """Every client call, and the server side, leave a daemon; then the client function
-    raises, the run stops: none survives (a run that succeeds closes the same way)."""
+    raises, or the run ends, or its first call overruns the public schedule (a timeout):
+    none survives."""
     tag = f"fedsynth-daemon-{tmp_path.name}"
+    params = {"tag": tag, "fail": outcome == "fails"}
     try:
-        with pytest.raises(PrivacyError, match="raised RuntimeError"):
-            go(tmp_path, spec("adv_daemon", {"tag": tag, "fail": True}))
+        if outcome == "fails":
+            with pytest.raises(PrivacyError, match="raised RuntimeError"):
+                go(tmp_path, spec("adv_daemon", params))
+        elif outcome == "succeeds":
+            assert go(tmp_path, spec("adv_daemon", params)).artifact.texts
+        else:  # settling alone takes longer than 0.1 s
+            with pytest.raises(PrivacyError, match="longer than the run's public schedule"):
+                go(tmp_path, scheduled("adv_daemon", params, call_seconds=0.1))
         assert survivors(tag) == []
     finally:
         for pid in survivors(tag, 0):

@@ -141,46 +141,91 @@ def test_nothing_is_locked_where_too_little_memory_would_stay_available(tmp_path
     assert "available" in pins.refused and _locked_kib() == before
 
 
-def test_what_the_host_cannot_close_on_the_schedule_is_collected(tmp_path, monkeypatch):
-    """The coordinator's settling between a call and the method process's next turn names
-    what it could not do, for the record (``privacy.open_on_schedule``): the drop refused
-    (not root), and, with the read set not locked, the drop of the directories' blocks
-    (it would drop the read set too) and the page cache's order."""
+@pytest.fixture
+def settling(tmp_path, monkeypatch):
+    """Make the coordinator's settlings (:class:`~benchmark.isolation.coordinator._Settling`)
+    under a lock of this test's own, each closed at the end, and record the drops asked."""
     from benchmark.isolation import coordinator
     from benchmark.isolation.sandbox import Policy
 
-    (tmp_path / "a").write_bytes(b"x" * 10_000)
-    drops = []
+    monkeypatch.setattr(coordinator, "HOST_SCHEDULE_LOCK", tmp_path / "schedule.lock")
+    (tmp_path / "set").mkdir()
+    (tmp_path / "set" / "a").write_bytes(b"x" * 10_000)
+    made, drops = [], []
     monkeypatch.setattr(coordinator, "forget_lookups", lambda **kw: drops.append(kw) or True)
+
+    def make(gpu=False, log=None):
+        settle = coordinator._Settling(Policy(read_only=(tmp_path / "set",), gpu=gpu), log)
+        settle.sweep.sweep = lambda: drops.append("swept")
+        made.append(settle)
+        return settle
+
+    make.drops = drops
+    yield make
+    for settle in made:
+        settle.close()
+
+
+def test_what_the_host_cannot_close_on_the_schedule_is_collected(settling, monkeypatch):
+    """The coordinator's settling between a call and the method process's next turn names
+    what it could not do, for the record (``privacy.open_on_schedule``): the drop refused
+    (not root), and, with the read set not locked, the drop of the directories' blocks
+    (it would drop the read set too) and the page cache's order; a GPU run's GPU caches."""
+    from benchmark.isolation import coordinator
+
     monkeypatch.setattr(page_cache, "pin_margin", lambda: 1 << 50)  # no room to lock
-    settle = coordinator._Settling(Policy(read_only=(tmp_path,)))
-    settle.sweep.sweep = lambda: drops.append("swept")
+    settle = settling()
     settle(after_client_code=False)  # before the method process starts
     assert settle.open == {coordinator.PAGE_ORDER}
     settle()  # after a call
     assert settle.open == {coordinator.PAGE_ORDER, coordinator.DIRECTORY_BLOCKS}
-    assert drops == [{"directory_blocks": False}, "swept"] * 2
+    assert settling.drops == [{"directory_blocks": False}, "swept"] * 2
     monkeypatch.setattr(coordinator, "forget_lookups", lambda **kw: False)
     settle()
     assert coordinator.LOOKUPS in settle.open
     settle.close()
+    assert settling(gpu=True).open == {coordinator.GPU_CACHES}  # nothing sweeps them yet
+
+
+def test_what_stayed_open_is_kept_across_a_resume(settling, tmp_path, monkeypatch):
+    """The releases an attempt delivered are replayed when the run resumes, so what was
+    open when they were computed stays named, from the run directory's log."""
+    from benchmark.isolation import coordinator
+
+    log = tmp_path / coordinator.OPEN_ON_SCHEDULE
+    monkeypatch.setattr(coordinator, "forget_lookups", lambda **kw: False)  # not root
+    first = settling(log=log)
+    first(after_client_code=False)
+    first.close()
+    monkeypatch.setattr(coordinator, "forget_lookups", lambda **kw: True)  # root, resumed
+    assert coordinator.LOOKUPS in settling(log=log).open
+
+
+def test_a_read_set_file_that_cannot_be_locked_later_stops_the_run(settling, tmp_path, monkeypatch):
+    """Once the first walk is done (before any client code ran), whether a file can still
+    be locked follows the memory client code holds: a refusal then stops the run instead
+    of being recorded (client code would choose a word of the record)."""
+    settle = settling()
+    settle(after_client_code=False)
+    monkeypatch.setattr(page_cache, "pin_margin", lambda: 1 << 50)
+    monkeypatch.setattr(page_cache, "_CHECK_EVERY", 1)
+    (tmp_path / "set" / "b").write_bytes(b"y" * 10_000)  # e.g. a cache a method asked for
+    with pytest.raises(PrivacyError, match="the run stops"):
+        settle()
 
 
 @pytest.mark.skipif(not os.access("/proc/sys/vm/drop_caches", os.W_OK), reason="root only")
-def test_once_the_read_set_is_locked_the_directories_blocks_go_too(tmp_path, monkeypatch):
-    from benchmark.isolation import coordinator
-    from benchmark.isolation.sandbox import Policy
-
-    (tmp_path / "a").write_bytes(b"x" * 10_000)
-    drops = []
-    monkeypatch.setattr(coordinator, "forget_lookups", lambda **kw: drops.append(kw) or True)
-    settle = coordinator._Settling(Policy(read_only=(tmp_path,)))
-    settle.sweep.sweep = lambda: None
+def test_once_the_read_set_is_locked_the_directories_blocks_go_too(settling):
+    settle = settling()
     settle(after_client_code=False)
     settle()
-    assert drops == [{"directory_blocks": False}, {"directory_blocks": True}]
+    assert settling.drops == [
+        {"directory_blocks": False},
+        "swept",
+        {"directory_blocks": True},
+        "swept",
+    ]
     assert settle.open == set()
-    settle.close()
 
 
 def test_runs_on_the_schedule_take_the_host_one_at_a_time(tmp_path, monkeypatch):

@@ -130,6 +130,7 @@ def test_an_entry_for_a_method_that_never_ran_is_rejected(store):
     fake = {k: v for k, v in real.items() if k != "signature"}
     fake["method"] = {**real["method"], "name": "never_ran"}
     fake["spec"] = {**real["spec"], "privacy": {"call_seconds": 10.0}}  # on a schedule
+    fake["privacy"] = {**real["privacy"], "open_on_schedule": []}  # its host closed all
     fake["entry_key"] = real["entry_key"].replace("dp_fedavg", "never_ran")
     fake["runs"] = [r.replace("dp_fedavg", "never_ran") for r in real["runs"]]
     fake["integrity"] = integrity_digest(fake)
@@ -272,6 +273,8 @@ def test_third_party_code_off_the_public_schedule_is_neither_signed_nor_verified
     with pytest.raises(PublicationRefused, match="their_method is third-party code"):
         sign_entry(theirs, host_key(store))
     scheduled = renamed(real, "their_method", call_seconds=30.0)
+    scheduled["privacy"] = {**scheduled["privacy"], "open_on_schedule": []}
+    scheduled["integrity"] = integrity_digest(scheduled)
     assert publication_refusal(scheduled) is None and sign_entry(scheduled, host_key(store))
 
     monkeypatch.setattr(signing, "publication_refusal", lambda document: None)  # no rule
@@ -296,6 +299,8 @@ def test_third_party_code_whose_host_left_a_cache_open_is_neither_signed_nor_ver
     theirs["privacy"]["open_on_schedule"] = []
     theirs["integrity"] = integrity_digest(theirs)
     assert publication_refusal(theirs) is None
+    del theirs["privacy"]["open_on_schedule"]  # a record that does not say is refused too
+    assert "does not say what its host left open" in publication_refusal(theirs)
     ours = {**real, "privacy": {**real["privacy"], "open_on_schedule": ["lookups"]}}
     assert publication_refusal(ours) is None  # built-in code: the operator's own
 

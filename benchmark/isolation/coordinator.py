@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.federation.pool import ClientPool
-from benchmark.files import exclusive_lock
+from benchmark.files import atomic_write, exclusive_lock
 from benchmark.isolation.bounds import RequestBoundError, RequestBounds
 from benchmark.isolation.client_process import PRIVATE_LOG, ClientFunctionError, child_env
 from benchmark.isolation.containment import signal_tree
@@ -136,12 +136,15 @@ LOOKUPS_SHOWN = (
 # What a run on the schedule leaves open where the host cannot close it, as its record
 # names them (``privacy.open_on_schedule``; a third-party method's is then never published).
 LOOKUPS, DIRECTORY_BLOCKS, PAGE_ORDER = "lookups", "directory blocks", "page cache order"
+GPU_CACHES = "GPU caches"  # a GPU run's: nothing sweeps the GPU's own caches between turns
 
 # One run on the schedule at a time per host: the caches it drops, locks and sweeps are the
-# host's, and another run's client code would move them meanwhile.
-HOST_SCHEDULE_LOCK = Path(tempfile.gettempdir()) / "fedsynth-schedule.lock"
+# host's, and another run's client code would move them meanwhile. A fixed path, not the
+# temp dir's (which a process's TMPDIR may move).
+HOST_SCHEDULE_LOCK = Path(os.environ.get("FEDSYNTH_SCHEDULE_LOCK", "/tmp/fedsynth-schedule.lock"))
 WAITING = "fedsynth: waiting for another run on the public schedule on this host to end"
 _holding_host = False  # this process holds that lock
+OPEN_ON_SCHEDULE = "open_on_schedule.json"  # in the run directory: what stayed open so far
 
 
 class _Settling:
@@ -151,40 +154,54 @@ class _Settling:
     locked, every page nothing maps (:func:`~.page_cache.forget_lookups`); the read set
     resident and locked again (:func:`~.page_cache.keep_resident`); the CPU's caches
     refilled (:class:`~.cpu_caches.CacheSweep`). It collects what the host could not
-    close."""
+    close, and a GPU run's GPU caches, which nothing here sweeps: the client worker's
+    kernels leave lines in the GPU's L2 that the method process's kernels could time.
+    ``log`` (the run directory's, which no untrusted process writes) keeps that set across
+    a crash and resume: the releases an earlier attempt delivered are replayed, so what was
+    open when they were computed stays in the record."""
 
-    def __init__(self, policy: Policy) -> None:
+    def __init__(self, policy: Policy, log: Path | None = None) -> None:
         global _holding_host
         if _holding_host:  # a second wait in this process would never end
             raise PrivacyError("a run on the public schedule is already open in this process")
-        self._held: contextlib.ExitStack | None = contextlib.ExitStack()
-        self._held.enter_context(exclusive_lock(HOST_SCHEDULE_LOCK, waiting=WAITING))
-        _holding_host = True
-        self.policy = policy
+        self.policy, self.log = policy, log
         self.pins = Pins()
         self.sweep = CacheSweep()
-        self.open: set[str] = set()
+        earlier = json.loads(log.read_text()) if log is not None and log.exists() else []
+        self.open: set[str] = set(earlier)
+        self._held = contextlib.ExitStack()
+        self._held.enter_context(exclusive_lock(HOST_SCHEDULE_LOCK, waiting=WAITING))
+        _holding_host = self._holding = True
+        if policy.gpu:
+            self._left_open(GPU_CACHES)
 
     def __call__(self, after_client_code: bool = True) -> None:
         locked = self.pins.planned and self.pins.refused is None
         if not forget_lookups(directory_blocks=locked):
             if LOOKUPS not in self.open:
                 print(LOOKUPS_SHOWN, file=sys.stderr, flush=True)
-            self.open.add(LOOKUPS)
+            self._left_open(LOOKUPS)
         elif after_client_code and not locked:
-            self.open.add(DIRECTORY_BLOCKS)
+            self._left_open(DIRECTORY_BLOCKS)
         keep_resident(self.policy.read_only, self.policy.list_only, self.pins)
         if self.pins.refused is not None:
-            self.open.add(PAGE_ORDER)
+            self._left_open(PAGE_ORDER)
+        self.pins.final = True  # planned before any client code ran: later, a refusal stops
         self.sweep.sweep()
+
+    def _left_open(self, name: str) -> None:
+        if name not in self.open:
+            self.open.add(name)
+            if self.log is not None:
+                atomic_write(self.log, json.dumps(sorted(self.open)))
 
     def close(self) -> None:
         """Unlock the read set and let the next run on the schedule start (once)."""
         global _holding_host
         self.pins.release()
-        if self._held is not None:
+        if self._holding:
             self._held.close()
-            self._held, _holding_host = None, False
+            _holding_host = self._holding = False
 
 
 class MethodProcess:
@@ -201,14 +218,15 @@ class MethodProcess:
         clients: Any = None,
         bounds: RequestBounds | None = None,
         call_seconds: float | None = None,
+        open_log: Path | None = None,
     ) -> None:
         # On the schedule what it may read is kept resident and locked, and the host held:
         # both let go at close, or at once where this constructor fails.
-        self._settle = _Settling(policy) if call_seconds is not None else None
-        ours, theirs = wire.stream_pair()
+        self._settle = _Settling(policy, open_log) if call_seconds is not None else None
         try:
             if self._settle is not None:
                 self._settle(after_client_code=False)
+            ours, theirs = wire.stream_pair()
             self.proc = spawn(
                 "method",
                 (theirs.fileno(),),
@@ -361,13 +379,14 @@ class MethodProcess:
             self._clients.payload_counts = (counts[0], counts[1])
 
     def close(self) -> None:
-        self._stream.close()
-        self._sock.close()
         try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+            self._stream.close()
+            self._sock.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
         finally:
             if self._settle is not None:
                 self._settle.close()
@@ -729,9 +748,13 @@ class IsolatedLaunch:
         validation = json.dumps(self.split.records("validation")).encode()
         process = MethodProcess(
             init, [public, validation, *blobs], pool, policy, tmp, clients=self._worker,
-            call_seconds=self.spec.privacy.call_seconds,
+            call_seconds=self.spec.privacy.call_seconds, open_log=run_dir / OPEN_ON_SCHEDULE,
         )  # fmt: skip
-        return RemoteMethod(process, work_dir)
+        try:
+            return RemoteMethod(process, work_dir)
+        except BaseException:  # e.g. the adapter's constructor raised: its process ends here
+            process.close()
+            raise
 
     def close(self) -> None:
         from benchmark.federation.independence_check import set_zygote_launch, stop_zygote

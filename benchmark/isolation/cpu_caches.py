@@ -48,14 +48,29 @@ def largest_cache_bytes(cpus: set[int]) -> int:
     return largest
 
 
+def online_cpus() -> set[int]:
+    """The CPUs the kernel has online (``/sys/devices/system/cpu/online``, e.g. ``0-3,6``);
+    this process's affinity where it does not say."""
+    try:
+        text = (CACHES / "online").read_text().strip()
+    except OSError:
+        return set(os.sched_getaffinity(0))
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
 class CacheSweep:
-    """A buffer twice the largest cache, read in full by one thread pinned to each CPU the
-    coordinator may run on (the method process inherits its affinity): each CPU's private
-    caches and the shared last level then hold the buffer's lines, in whatever
-    (non-)inclusive arrangement the CPU keeps them."""
+    """A buffer twice the largest cache, read in full by one thread pinned to each online
+    CPU it may be pinned to: each CPU's private caches and the shared last level then hold
+    the buffer's lines, in whatever (non-)inclusive arrangement the CPU keeps them. Not just
+    the coordinator's affinity: an untrusted process may widen its own within its cpuset,
+    and a CPU outside that (where pinning fails) none of the run's processes can reach."""
 
     def __init__(self, cpus: set[int] | None = None) -> None:
-        self.cpus = set(os.sched_getaffinity(0)) if cpus is None else cpus
+        self.cpus = online_cpus() if cpus is None else cpus
         size = 2 * (largest_cache_bytes(self.cpus) or FALLBACK_BYTES)
         self._lines = np.ones(size // 8, dtype=np.uint64)  # written once: its own pages
 
@@ -63,14 +78,21 @@ class CacheSweep:
     def nbytes(self) -> int:
         return self._lines.nbytes
 
-    def sweep(self) -> None:
-        """Read the buffer on every CPU, in parallel (numpy's sum lets go of the GIL)."""
-        threads = [threading.Thread(target=self._read_on, args=(cpu,)) for cpu in self.cpus]
+    def sweep(self) -> set[int]:
+        """Read the buffer on every CPU, in parallel (numpy's sum lets go of the GIL); the
+        CPUs it ran on."""
+        swept: set[int] = set()
+        threads = [threading.Thread(target=self._read_on, args=(cpu, swept)) for cpu in self.cpus]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
+        return swept
 
-    def _read_on(self, cpu: int) -> None:
-        os.sched_setaffinity(0, {cpu})  # this thread only
+    def _read_on(self, cpu: int, swept: set[int]) -> None:
+        try:
+            os.sched_setaffinity(0, {cpu})  # this thread only
+        except OSError:  # outside this cpuset: no process of the run runs there
+            return
         self._lines.sum()
+        swept.add(cpu)

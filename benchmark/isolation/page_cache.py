@@ -272,6 +272,9 @@ class Pins:
         self._unchecked = 0
         self.planned = False
         self.refused: str | None = None
+        # Set once the first walk (before any client code) is done: a later refusal would
+        # follow the memory client code holds, so it stops the run rather than be recorded.
+        self.final = False
 
     def plan(self, files: list[str]) -> None:
         """Once: refuse unless the whole of ``files`` fits with :func:`pin_margin` left and
@@ -324,6 +327,12 @@ class Pins:
 
     def _refuse(self, why: str) -> None:
         self.release()
+        if self.final:
+            raise PrivacyError(
+                f"a file of the method process's read set could not be locked in memory "
+                f"during the run ({why}); the run stops: whether it could follows how much "
+                "memory client code holds"
+            )
         self.refused = why
         print(f"{PINS_REFUSED}: {why}", file=sys.stderr, flush=True)
 

@@ -190,8 +190,20 @@ def _add_path_rule(ruleset_fd: int, path: Path, access: int) -> None:
             ),
             f"landlock_add_rule({path})",
         )
+        if path.is_relative_to("/proc"):
+            _PROC_HELD.append(fd)
+            fd = -1
     finally:
-        os.close(fd)
+        if fd >= 0:
+            os.close(fd)
+
+
+# A rule's descriptors under /proc, held for the process's life. A rule names an inode, and
+# proc makes a new inode each time it looks a directory up anew: once the kernel drops the
+# directory's unused entry (the coordinator's drop of the directory cache on the schedule,
+# or memory pressure), this process's own /proc/<pid> would be another inode, outside its
+# rule, and every read of /proc/self refused. An open descriptor keeps the entry in use.
+_PROC_HELD: list[int] = []
 
 
 def _no_new_privs() -> None:
