@@ -90,16 +90,27 @@ COUNTERS = ["sysinfo", "statfs", *adversaries.COUNTERS]  # the host's, moved by 
 
 @needs_seccomp
 def test_no_channel_out_of_the_client_worker(tmp_path):
-    """The client function sends its texts to a listener on the host (udp) and, through
-    each channel, to the method process, which listens: nothing arrives anywhere, and
-    every endpoint is refused in the method process."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.settimeout(0.2)
-        params = {"channels": CHANNELS, "port": listener.getsockname()[1]}
-        result = go(tmp_path, spec("adv_channel", params))
-        with pytest.raises(TimeoutError):
-            listener.recv(1 << 16)
+    """The client function sends its texts to listeners on the host (udp, tcp: each shown
+    to work from outside the sandbox first) and, through each channel, to the method
+    process, which listens: nothing arrives anywhere, and every endpoint is refused in the
+    method process."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as stream:
+        stream.bind(("127.0.0.1", 0))  # tcp and udp listen on one port number
+        stream.listen()
+        stream.settimeout(0.2)
+        port = stream.getsockname()[1]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener:
+            listener.bind(("127.0.0.1", port))
+            listener.settimeout(0.2)
+            for kind in ("udp", "tcp"):  # here, outside a sandbox, each arrives
+                adversaries.send(kind, "probe", port)
+            assert listener.recv(1 << 16) == b"probe"
+            stream.accept()[0].close()
+            result = go(tmp_path, spec("adv_channel", {"channels": CHANNELS, "port": port}))
+            with pytest.raises(TimeoutError):
+                listener.recv(1 << 16)
+            with pytest.raises(TimeoutError):
+                stream.accept()
     assert not leaks(result)
     assert result.artifact.texts == [f"{c}: refused: PermissionError" for c in CHANNELS]
 
