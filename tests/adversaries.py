@@ -622,14 +622,45 @@ def _regions(path, offsets):
     return [words[o // 8 : (o + REGION) // 8] for o in offsets]
 
 
+def touch_regions(regions):
+    """Read ``regions`` three times, so their lines are in the CPU's caches afterwards."""
+    for _ in range(3):
+        for region in regions:
+            region.sum()
+
+
 def touch_lines(client, payload):
     """Client side: read some regions of a shared file, so their lines are in the CPU's
     caches when the call ends (the choice could follow the data)."""
     path, offsets = payload
-    for _ in range(3):
-        for region in _regions(path, offsets):
-            region.sum()
+    touch_regions(_regions(path, offsets))
     return mean_length(client, payload)
+
+
+def mapped_for_timing(path, offsets):
+    """``_regions``, their page tables filled but not their lines (faults are not timed)."""
+    regions = _regions(path, offsets)
+    for region in regions:
+        region[:: 4096 // 8].sum()
+    return regions
+
+
+def evict_own_lines():
+    np.ones(128 << 20, dtype=np.uint8).sum()
+
+
+def fastest_half(regions):
+    """The keys of the half of ``regions`` (key: region) this process copies fastest, timed
+    in a random order (a copy: bound by the memory, not by arithmetic)."""
+    import random
+    import time
+
+    took, scratch = {}, np.empty(REGION // 8, dtype=np.uint64)
+    for key in random.sample(list(regions), len(regions)):
+        began = time.perf_counter_ns()
+        np.copyto(scratch, regions[key])
+        took[key] = time.perf_counter_ns() - began
+    return sorted(took, key=took.get)[: len(took) // 2]
 
 
 @register("adv_cpu_caches")
@@ -643,24 +674,12 @@ class CpuCaches(Adversary):
     client_fn = staticmethod(touch_lines)
 
     def payload(self, ctx):
-        regions = _regions(self.config["file"], self.config["offsets"])
-        for region in regions:  # its page tables, not its lines: faults are not timed
-            region[:: 4096 // 8].sum()
-        np.ones(128 << 20, dtype=np.uint8).sum()  # its own lines out of the caches
+        self.regions = mapped_for_timing(self.config["file"], self.config["offsets"])
+        evict_own_lines()
         return [self.config["file"], self.config["read"]]
 
     def attack(self, ctx):
-        import random
-        import time
-
-        offsets = self.config["offsets"]
-        regions = dict(zip(offsets, _regions(self.config["file"], offsets), strict=True))
-        took, scratch = {}, np.empty(REGION // 8, dtype=np.uint64)
-        for offset in random.sample(offsets, len(offsets)):  # a copy: bound by the memory
-            began = time.perf_counter_ns()
-            np.copyto(scratch, regions[offset])
-            took[offset] = time.perf_counter_ns() - began
-        return sorted(took, key=took.get)[: len(took) // 2]
+        return fastest_half(dict(zip(self.config["offsets"], self.regions, strict=True)))
 
 
 @register("adv_speculation")

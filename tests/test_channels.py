@@ -195,12 +195,13 @@ def test_on_the_schedule_what_client_code_evicts_is_resident_again(tmp_path):
     assert len(set(result.artifact.texts) & set(files[1::2])) <= 6
 
 
-def lookups_told(tmp_path) -> int:
-    """How many of the 64 missing names client code looked up (of 128) are among the 64 the
-    method process found fastest to look up itself, on the schedule (chance: 32 +- 3)."""
-    names = [f"/etc/fedsynth-probe-{os.urandom(8).hex()}" for _ in range(128)]
+def lookups_told(runs, names=None) -> int:
+    """How many of the names client code looked up (every other one of ``names``) are among
+    the half the method process found fastest to look up itself, on the schedule. By
+    default 128 missing names in /etc (chance: 32 +- 3 of 64)."""
+    names = names or [f"/etc/fedsynth-probe-{os.urandom(8).hex()}" for _ in range(128)]
     looked_up = names[::2]
-    result = go(tmp_path, scheduled("adv_lookups", {"files": names, "read": looked_up}))
+    result = go(runs, scheduled("adv_lookups", {"files": names, "read": looked_up}))
     return len(set(result.artifact.texts) & set(looked_up))
 
 
@@ -242,10 +243,7 @@ def directory_blocks_told(tmp_path, cold: bool = False) -> int:
     os.sync()  # written back: a drop keeps dirty pages
     if cold:  # the directories out of the cache (and all else nothing maps)
         page_cache.DROP_CACHES.write_text("3")
-    looked_up = names[::2]
-    params = {"files": names, "read": looked_up}
-    result = go(tmp_path / "runs", scheduled("adv_lookups", params))
-    return len(set(result.artifact.texts) & set(looked_up))
+    return lookups_told(tmp_path / "runs", names)
 
 
 @needs_root

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import os
 import random
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from adversaries import REGION, _regions
+from adversaries import (
+    REGION,
+    _regions,
+    evict_own_lines,
+    fastest_half,
+    mapped_for_timing,
+    touch_regions,
+)
 
 from benchmark.isolation.cpu_caches import CacheSweep, largest_cache_bytes, online_cpus
 
@@ -39,33 +45,23 @@ def told(sweep: CacheSweep | None, trials: int = 6) -> float:
         regions = _regions(str(LIBRARY), offsets)
         while chosen := os.read(ask[0], 8):
             mask = int.from_bytes(chosen, "little")
-            for _ in range(3):
-                for i, region in enumerate(regions):
-                    if mask >> i & 1:
-                        region.sum()
+            touch_regions([r for i, r in enumerate(regions) if mask >> i & 1])
             os.write(answer[1], b".")
         os._exit(0)
     os.close(ask[0])
     mine = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {cpu})
-    regions, scratch = _regions(str(LIBRARY), offsets), np.empty(REGION // 8, np.uint64)
-    for region in regions:
-        region[:: 4096 // 8].sum()  # page tables, not lines
+    regions = dict(enumerate(mapped_for_timing(str(LIBRARY), offsets)))
     hits = []
     try:
         for _ in range(trials):
-            np.ones(128 << 20, dtype=np.uint8).sum()  # this process's lines out
+            evict_own_lines()
             chosen = random.sample(range(32), 16)
             os.write(ask[1], sum(1 << i for i in chosen).to_bytes(8, "little"))
             os.read(answer[0], 1)
             if sweep is not None:
                 sweep.sweep()
-            took = {}
-            for i in random.sample(range(32), 32):
-                began = time.perf_counter_ns()
-                np.copyto(scratch, regions[i])
-                took[i] = time.perf_counter_ns() - began
-            hits.append(len(set(sorted(took, key=took.get)[:16]) & set(chosen)))
+            hits.append(len(set(fastest_half(regions)) & set(chosen)))
     finally:
         os.close(ask[1])
         os.waitpid(child, 0)

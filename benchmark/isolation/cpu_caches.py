@@ -8,11 +8,11 @@ memory that client code touched stays in the CPU's caches after its call, and th
 process can time its own access to each line (flush and reload; or, without sharing, time
 which of its own lines client code evicted, prime and probe): which lines were fast spells
 what client code chose. :class:`CacheSweep` reads a buffer larger than every cache level
-on every CPU the run may use, inside the call's slot, after the page cache's walk, so the
-caches hold the sweep's lines whatever client code did (measured in
-``docs/architecture.md``, "the CPU's caches"). Caches the kernel describes under
-``/sys/devices/system/cpu/cpu*/cache`` only: what they do not list (a GPU's, the branch
-predictors') stays open.
+on every online CPU, inside the call's slot, after the page cache's walk, so the caches
+hold the sweep's lines whatever client code did (measured in ``docs/architecture.md``,
+"the CPU's caches"). Caches the kernel describes under
+``/sys/devices/system/cpu/cpu*/cache`` only: a GPU's stays open; the branch predictors are
+the kernel's to flush (:func:`~.containment.isolate_branch_predictors`).
 """
 
 from __future__ import annotations
