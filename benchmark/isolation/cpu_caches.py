@@ -26,6 +26,12 @@ import numpy as np
 CACHES = Path("/sys/devices/system/cpu")
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 FALLBACK_BYTES = 256 << 20  # where the kernel lists no caches
+# The buffer is read a chunk at a time, each chunk twice before the next: a second read
+# hits, so every cache level takes the sweep's lines for reused ones. A cache that guards
+# itself against one-pass scans (adaptive insertion; a last level that keeps only the
+# lines its upper levels reused) would otherwise keep the lines client code read thrice.
+CHUNK_BYTES = 256 << 10  # fits the smallest second-level cache x86 servers have
+READS_PER_CHUNK = 2
 
 
 def _size(text: str) -> int:
@@ -63,11 +69,12 @@ def online_cpus() -> set[int]:
 
 
 class CacheSweep:
-    """A buffer twice the largest cache, read in full by one thread pinned to each online
-    CPU it may be pinned to: each CPU's private caches and the shared last level then hold
-    the buffer's lines, in whatever (non-)inclusive arrangement the CPU keeps them. Not just
-    the coordinator's affinity: an untrusted process may widen its own within its cpuset,
-    and a CPU outside that (where pinning fails) none of the run's processes can reach."""
+    """A buffer twice the largest cache, read in full (each chunk twice, ``CHUNK_BYTES``) by
+    one thread pinned to each online CPU it may be pinned to: each CPU's private caches and
+    the shared last level then hold the buffer's lines, in whatever (non-)inclusive
+    arrangement the CPU keeps them. Not just the coordinator's affinity: an untrusted
+    process may widen its own within its cpuset, and a CPU outside that (where pinning
+    fails) none of the run's processes can reach."""
 
     def __init__(self, cpus: set[int] | None = None) -> None:
         self.cpus = online_cpus() if cpus is None else cpus
@@ -94,5 +101,9 @@ class CacheSweep:
             os.sched_setaffinity(0, {cpu})  # this thread only
         except OSError:  # outside this cpuset: no process of the run runs there
             return
-        self._lines.sum()
+        step = CHUNK_BYTES // 8
+        for start in range(0, self._lines.size, step):
+            chunk = self._lines[start : start + step]
+            for _ in range(READS_PER_CHUNK):
+                chunk.sum()
         swept.add(cpu)
