@@ -704,6 +704,9 @@ class FailsToStart(Adversary):
 # --- issue 33: channels out of the client worker, state, the corpus, processes left over ----
 
 ABSTRACT_NAME, SHM_KEY, MQ_NAME = b"\0fedsynth-adv", 0xFED5, b"/fedsynth-adv"
+NETLINK_USERSOCK, NETLINK_PORT = 2, 0xFED5  # netlink between user processes, by port id
+ETHERTYPE = 0x88B5  # an experimental ethertype: frames on the loopback device
+INET6 = ("udp6", "tcp6")
 SCRATCH_NAME = "fedsynth-adv"  # a file client code writes in its scratch directory
 
 
@@ -769,16 +772,85 @@ def move_counters(text):
         pass
 
 
+def _frames(kind):
+    """A socket that sends and receives ``kind``: netlink messages to ``NETLINK_PORT``, or
+    raw ``ETHERTYPE`` frames on the loopback device (a sniffer sees every host process's)."""
+    import socket
+
+    if kind == "netlink":
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_USERSOCK)
+        sock.bind((NETLINK_PORT, 0))
+        return sock
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETHERTYPE))
+    sock.bind(("lo", ETHERTYPE))
+    return sock
+
+
+def host_listeners(stack):
+    """Outside any sandbox, listeners for every channel a host process could hear
+    (``HEARD``), each shown to receive a probe sent from here first; IPv6 only where the
+    host has ``::1``. Returns the inet port and ``{kind: listener}``, closed by ``stack``."""
+    import socket
+
+    stream = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+    stream.bind(("127.0.0.1", 0))  # every inet listener shares its port number
+    port, listeners = stream.getsockname()[1], {"tcp": stream}
+    for kind in HEARD:
+        if kind == "tcp":
+            continue
+        family = socket.AF_INET6 if kind in INET6 else socket.AF_INET
+        if kind in ("netlink", "packet"):
+            listeners[kind] = stack.enter_context(_frames(kind))
+            continue
+        sock = stack.enter_context(socket.socket(family, 1 if kind == "tcp6" else 2))
+        try:
+            sock.bind(("::1" if kind in INET6 else "127.0.0.1", port))
+        except OSError:
+            if kind in INET6:  # no IPv6 loopback on this host
+                continue
+            raise
+        listeners[kind] = sock
+    for kind, sock in listeners.items():
+        if kind.startswith("tcp"):
+            sock.listen()
+        send(kind, "probe", port)
+        assert heard(kind, sock) == "probe", kind
+        while heard(kind, sock) is not None:  # a frame's outgoing copy is seen too
+            pass
+    return port, listeners
+
+
+def heard(kind, listener):
+    """What ``listener`` (``host_listeners``) received, or None within 0.2 s."""
+    listener.settimeout(0.2)
+    try:
+        if kind.startswith("tcp"):
+            connection = listener.accept()[0]
+            with connection:
+                connection.settimeout(0.2)
+                return connection.recv(1 << 16).decode()
+        header = {"netlink": 16, "packet": 14}.get(kind, 0)
+        return listener.recv(1 << 16)[header:].decode()
+    except TimeoutError:
+        return None
+
+
+HEARD = ["udp", "tcp", *INET6, "netlink", "packet"]
+
+
 def open_channel(kind, port=None):
     """Server side: the receiving end of a channel from the client worker (``port``: the
     listener's, or a host process's pid)."""
     import socket
 
     libc = _libc()
-    if kind in ("udp", "tcp"):
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM if kind == "udp" else 1)
-        sock.bind(("127.0.0.1", 0))
+    if kind in ("udp", "tcp", *INET6):
+        family, host = (socket.AF_INET6, "::1") if kind in INET6 else (socket.AF_INET, "127.0.0.1")
+        sock = socket.socket(family, socket.SOCK_DGRAM if kind.startswith("udp") else 1)
+        sock.bind((host, 0))
         return sock
+    if kind in ("netlink", "packet"):
+        return _frames(kind)
     if kind == "abstract":
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.bind(ABSTRACT_NAME)
@@ -808,9 +880,10 @@ def receive(kind, endpoint):
     import fcntl
 
     libc = _libc()
-    if kind in ("udp", "tcp", "abstract"):
+    if kind in ("udp", "tcp", "abstract", *INET6, "netlink", "packet"):
         endpoint.settimeout(0.5)
-        return endpoint.recv(1 << 16).decode()
+        header = {"netlink": 16, "packet": 14}.get(kind, 0)  # nlmsghdr; ethernet header
+        return endpoint.recv(1 << 16)[header:].decode()
     if kind == "shm":
         return ctypes.string_at(_checked(libc.shmat(endpoint, None, 0))).decode()
     if kind == "mq":
@@ -843,12 +916,24 @@ def send(kind, text, port):
     import ctypes
     import fcntl
     import socket
+    import struct
 
     libc, data = _libc(), text.encode()
     if kind == "udp":
         socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(data, ("127.0.0.1", port))
     elif kind == "tcp":
         socket.create_connection(("127.0.0.1", port), timeout=1).sendall(data)
+    elif kind == "udp6":
+        socket.socket(socket.AF_INET6, socket.SOCK_DGRAM).sendto(data, ("::1", port))
+    elif kind == "tcp6":
+        socket.create_connection(("::1", port), timeout=1).sendall(data)
+    elif kind == "netlink":
+        header = struct.pack("=IHHII", 16 + len(data), 0, 0, 0, 0)  # nlmsghdr
+        socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_USERSOCK).sendto(
+            header + data, (NETLINK_PORT, 0)
+        )
+    elif kind == "packet":
+        _frames(kind).send(bytes(12) + struct.pack("!H", ETHERTYPE) + data)
     elif kind == "abstract":
         socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(data, ABSTRACT_NAME)
     elif kind == "shm":

@@ -15,7 +15,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -85,33 +84,23 @@ def leaks(result):
 # --- classes 1 and 2: no socket, no IPC object, no lock -----------------------------------
 
 
-CHANNELS = ["udp", "tcp", "abstract", "shm", "mq", "flock"]
+CHANNELS = [*adversaries.HEARD, "abstract", "shm", "mq", "flock"]
 COUNTERS = ["sysinfo", "statfs", *adversaries.COUNTERS]  # the host's, moved by client code
 
 
 @needs_seccomp
 def test_no_channel_out_of_the_client_worker(tmp_path):
-    """The client function sends its texts to listeners on the host (udp, tcp: each shown
-    to work from outside the sandbox first) and, through each channel, to the method
-    process, which listens: nothing arrives anywhere, and every endpoint is refused in the
-    method process."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as stream:
-        stream.bind(("127.0.0.1", 0))  # tcp and udp listen on one port number
-        stream.listen()
-        stream.settimeout(0.2)
-        port = stream.getsockname()[1]
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener:
-            listener.bind(("127.0.0.1", port))
-            listener.settimeout(0.2)
-            for kind in ("udp", "tcp"):  # here, outside a sandbox, each arrives
-                adversaries.send(kind, "probe", port)
-            assert listener.recv(1 << 16) == b"probe"
-            stream.accept()[0].close()
-            result = go(tmp_path, spec("adv_channel", {"channels": CHANNELS, "port": port}))
-            with pytest.raises(TimeoutError):
-                listener.recv(1 << 16)
-            with pytest.raises(TimeoutError):
-                stream.accept()
+    """The client function sends its texts to listeners on the host (inet and inet6 udp and
+    tcp, netlink between processes, raw frames on the loopback device: each shown to work
+    from outside the sandbox first) and, through each channel, to the method process, which
+    listens: nothing arrives anywhere, and every endpoint is refused in the method
+    process."""
+    with contextlib.ExitStack() as stack:
+        port, listeners = adversaries.host_listeners(stack)
+        result = go(tmp_path, spec("adv_channel", {"channels": CHANNELS, "port": port}))
+        assert {
+            kind: adversaries.heard(kind, got) for kind, got in listeners.items()
+        } == dict.fromkeys(listeners)
     assert not leaks(result)
     assert result.artifact.texts == [f"{c}: refused: PermissionError" for c in CHANNELS]
 
