@@ -315,9 +315,17 @@ def print_texts(client, payload):
     return mean_length(client, payload)
 
 
-@register("adv_error_class_name")
-class ErrorClassName(Adversary):
-    client_fn = staticmethod(raise_named_after_text)
+@register("adv_failing_client")
+class FailingClient(Adversary):
+    """Runs the failing client function named in its config (one of those above, batched or
+    not) through the pool, from the method process: the refusal is what reaches the method
+    and the operator."""
+
+    configs = {"tiny": {"fn": "raise_with_text", "batched": False}}
+
+    def aggregate(self, ctx, sigma):
+        self.client_fn, self.batched = globals()[self.config["fn"]], self.config["batched"]
+        return super().aggregate(ctx, sigma)
 
 
 class SlowToSave:

@@ -21,7 +21,7 @@ from benchmark.data import FederatedSplit
 from benchmark.federation.client_errors import error_class
 from benchmark.federation.costs import CostCounters
 from benchmark.isolation.bounds import RequestBoundError, RequestBounds
-from benchmark.isolation.client_process import PRIVATE_LOG, ClientFunctionError, MemoHolding
+from benchmark.isolation.client_process import PRIVATE_LOG, MemoHolding
 from benchmark.isolation.coordinator import MethodProcess
 from benchmark.privacy.errors import PrivacyError
 from benchmark.runner import run
@@ -86,55 +86,38 @@ def assert_says_nothing(both, splits=("v", "w")):
             assert text not in log_v and text not in log_w
 
 
-def pool_refusal(tmp_path, fn, letter, batched=False):
-    """What the coordinator's pool says when ``fn`` runs on the client worker of the
-    ``letter`` split (the isolated path below the method process: the job as a method
-    process sends it, the real worker, the real pool)."""
-    from benchmark.federation.pool import ClientPool
-    from benchmark.isolation.client_process import ClientProcess
-    from benchmark.privacy.ledger import PrivacyLedger
-    from benchmark.protocol.jobs import snapshot
-    from benchmark.runner import privacy_units
-
-    units = privacy_units(split_with(letter), "user")
-    where = tmp_path / letter
-    where.mkdir()
-    worker = ClientProcess([units[c] for c in sorted(units)], None, 1, where, where / PRIVATE_LOG)
-    pool = ClientPool(units, ledger=PrivacyLedger(), seed=5, executor=worker)
-    try:
-        with pytest.raises(PrivacyError) as caught:
-            pool.aggregate(
-                snapshot(fn, None), None, dim=1, clip_norm=1.0, noise_multiplier=1.0,
-                label="r", batched=batched,
-            )  # fmt: skip
-    finally:
-        worker.close()
+def failing(runs, fn, batched, letter):
+    """``fn`` fails on the client worker of the ``letter`` split, called by a method process
+    on the isolated path: the refusal and what the operator's log shows of it."""
+    data = spec("adv_failing_client").to_dict()
+    data["method"]["params"] = {"fn": fn, "batched": batched}
+    with pytest.raises(PrivacyError) as caught:
+        run(spec_from_dict(data), runs_root=runs / letter, profile=StubProfile(),
+            split=split_with(letter), isolated=True)  # fmt: skip
     return str(caught.value), "".join(traceback.format_exception(caught.value))
+
+
+CALL = "pool.aggregate (label 'r'): "
 
 
 @pytest.mark.parametrize(
     "fn, batched, words",
     [
-        (adversaries.raise_named_after_text, False, "raised an exception; the run stops"),
-        (adversaries.raise_with_text, False, "raised ValueError; the run stops"),
-        (adversaries.exit_with_letter, False, "ended or answered out of protocol"),
-        (adversaries.shape_by_letter, False, "must have the declared dim 1"),
-        (adversaries.dtype_named_after_text, True, "must return numbers"),
+        ("raise_named_after_text", False, f"{CALL}a client-side function raised an exception"),
+        ("raise_with_text", False, f"{CALL}a client-side function raised ValueError"),
+        ("exit_with_letter", False, f"{CALL}the client worker ended or answered out of protocol"),
+        ("shape_by_letter", False, "client vectors must have the declared dim 1"),
+        ("dtype_named_after_text", True, "client-side functions must return numbers"),
     ],
 )
 def test_a_failing_client_function_says_the_same_whatever_its_data(tmp_path, fn, batched, words):
-    both = [pool_refusal(tmp_path, fn, letter, batched) for letter in "vw"]
+    """A fixed refusal (for an exception or a crash, after the pool call and its label, the
+    method's own words): not the text, not a class named after it, not the exit code, the
+    shape or the dtype."""
+    both = [failing(tmp_path, fn, batched, letter) for letter in "vw"]
     assert_says_nothing(both)
-    assert words in both[0][0]
+    assert both[0][0].startswith(words)
     assert "leak_" not in both[0][1] and "erse" not in both[0][1]
-
-
-def test_the_error_names_the_call_the_method_made(tmp_path):
-    """Through the method process: the coordinator names the pool call and its label (the
-    method's own words), then the class; not the text, not a class named after it."""
-    message, log = refusal(tmp_path, "adv_error_class_name", "v", ClientFunctionError)
-    assert message.startswith("pool.aggregate (label 'r'): a client-side function raised an ")
-    assert "erse" not in log and "leak_" not in log
 
 
 def test_only_built_in_exception_classes_are_named():
