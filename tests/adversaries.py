@@ -1071,17 +1071,22 @@ def leave_daemon(client, payload):
 
 @register("adv_daemon")
 class Daemon(Adversary):
-    """The client function and the server side each leave a daemon behind."""
+    """The client function and the server side each leave a daemon behind; the server side
+    then waits ``linger`` seconds (a run still going when the operator kills it)."""
 
-    configs = {"tiny": {"tag": "", "fail": False}}
+    configs = {"tiny": {"tag": "", "fail": False, "linger": 0}}
     client_fn = staticmethod(leave_daemon)
 
     def payload(self, ctx):
         return {"tag": self.config["tag"], "fail": self.config["fail"]}
 
     def round(self, ctx, state, r):
+        import time
+
         daemonise(self.config["tag"])  # the server side's, before the clients run
-        return super().round(ctx, state, r)
+        state = super().round(ctx, state, r)
+        time.sleep(self.config.get("linger", 0))
+        return state
 
 
 @register("adv_rebuilt_corpus")

@@ -682,31 +682,37 @@ def test_daemons_left_by_client_and_server_code_die_with_the_run(tmp_path, outco
 @needs_namespaces
 @pytest.mark.parametrize("signal_name", ["SIGKILL", "SIGTERM"])
 def test_a_daemon_dies_when_the_operator_kills_the_coordinator(tmp_path, signal_name):
-    """A stand-in coordinator starts an untrusted child as launch does (tied to it,
-    contained), the child leaves a daemon (setsid, double fork); the operator kills the
-    coordinator: nothing of the child's survives."""
+    """A run on the isolated path, in a process of its own (the operator's ``fedsynth
+    run``): the server side and every client call leave a daemon (setsid, double fork),
+    then the method process waits; the operator kills the coordinator: nothing of the run's
+    untrusted processes survives."""
     import signal
 
     tag = f"fedsynth-daemon-{tmp_path.name}"
-    child = (
-        "import sys, time; sys.path.insert(0, sys.argv[1]); import adversaries\n"
-        "from benchmark.isolation.containment import die_with_parent\n"
-        "from benchmark.isolation.containment import contain\n"
-        "die_with_parent(); assert contain()\n"
-        "adversaries.daemonise(sys.argv[2]); print('ready', flush=True); time.sleep(300)\n"
-    )
-    coordinator = (
-        "import subprocess, sys\n"
-        f"c = subprocess.Popen([sys.executable, '-c', {child!r}, sys.argv[1], sys.argv[2]], "
-        "stdout=subprocess.PIPE, text=True)\n"
-        "print(c.stdout.readline().strip(), flush=True); c.wait()\n"
+    coordinator = textwrap.dedent(
+        f"""
+        import sys
+        from pathlib import Path
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import adversaries
+        from doubles import StubProfile, make_split
+        from benchmark.runner import run
+        from benchmark.spec import spec_from_dict
+        params = {{"tag": {tag!r}, "fail": False, "linger": 300}}
+        run(spec_from_dict({{"split": {{"path": "unused"}}, "seed": 5,
+                             "method": {{"name": "adv_daemon", "params": params}},
+                             "privacy": {{"epsilon": 2.0, "delta": 1e-5}}}}),
+            runs_root=Path({str(tmp_path)!r}), profile=StubProfile(), split=make_split(),
+            isolated=True)
+        """
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    args = [sys.executable, "-c", coordinator, str(Path(__file__).parent), tag]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, "-c", coordinator], env=env)
     try:
-        assert proc.stdout.readline().strip() == "ready"
-        assert survivors(tag, 0), "the daemon did not start"
+        deadline = time.monotonic() + 120
+        while len(survivors(tag, 0)) < 2:  # the server side's and a client call's
+            assert proc.poll() is None and time.monotonic() < deadline, "no daemons started"
+            time.sleep(0.2)
         proc.send_signal(getattr(signal, signal_name))
         proc.wait(timeout=30)
         assert survivors(tag) == []
