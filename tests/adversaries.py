@@ -859,6 +859,10 @@ def open_channel(kind, port=None):
         return sock
     if kind in ("netlink", "packet"):
         return _frames(kind)
+    if kind == "kmsg":  # the kernel's log, read from its end (what is written after)
+        fd = os.open("/dev/kmsg", os.O_RDONLY | os.O_NONBLOCK)
+        os.lseek(fd, 0, os.SEEK_END)
+        return fd
     if kind == "abstract":
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.bind(ABSTRACT_NAME)
@@ -892,6 +896,12 @@ def receive(kind, endpoint):
         endpoint.settimeout(0.5)
         header = {"netlink": 16, "packet": 14}.get(kind, 0)  # nlmsghdr; ethernet header
         return endpoint.recv(1 << 16)[header:].decode()
+    if kind == "kmsg":
+        told = []
+        with contextlib.suppress(BlockingIOError):
+            while record := os.read(endpoint, 8192):
+                told.append(record.decode().split(";", 1)[-1].strip())
+        return "\n".join(told)
     if kind == "shm":
         return ctypes.string_at(_checked(libc.shmat(endpoint, None, 0))).decode()
     if kind == "mq":
@@ -942,6 +952,8 @@ def send(kind, text, port):
         )
     elif kind == "packet":
         _frames(kind).send(bytes(12) + struct.pack("!H", ETHERTYPE) + data)
+    elif kind == "kmsg":
+        Path("/dev/kmsg").write_bytes(data.replace(b"\n", b" ")[:900] + b"\n")
     elif kind == "abstract":
         socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(data, ABSTRACT_NAME)
     elif kind == "shm":
@@ -983,12 +995,12 @@ def _attempt(outcomes, label, action):
 
 @register("adv_channel")
 class Channel(Adversary):
-    """The client worker sends its texts through sockets (inet udp and tcp, abstract
-    unix), a SysV shared memory segment, a POSIX message queue, a lock on a file both
-    sides can read, that file's access time (a read) and the host's counters (memory held,
-    a file written, CPU spun) and a file in its scratch directory, whose size a ``stat``
-    shows; the method process listens on each (reads each counter before and after the
-    call) and releases what it received."""
+    """The client worker sends its texts through sockets (inet and inet6 udp and tcp,
+    netlink, raw frames, abstract unix), the kernel's log, a SysV shared memory segment, a
+    POSIX message queue, a lock on a file both sides can read, that file's access time (a
+    read), the host's counters (memory held, a file written, CPU spun) and a file in its
+    scratch directory, whose size a ``stat`` shows; the method process listens on each
+    (reads each counter before and after the call) and releases what it received."""
 
     configs = {"tiny": {"channels": ["udp"], "port": 9}}
     client_fn = staticmethod(send_texts)

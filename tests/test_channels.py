@@ -84,7 +84,7 @@ def leaks(result):
 # --- classes 1 and 2: no socket, no IPC object, no lock -----------------------------------
 
 
-CHANNELS = [*adversaries.HEARD, "abstract", "shm", "mq", "flock"]
+CHANNELS = [*adversaries.HEARD, "kmsg", "abstract", "shm", "mq", "flock"]
 COUNTERS = ["sysinfo", "statfs", *adversaries.COUNTERS]  # the host's, moved by client code
 
 
@@ -93,8 +93,14 @@ def test_no_channel_out_of_the_client_worker(tmp_path):
     """The client function sends its texts to listeners on the host (inet and inet6 udp and
     tcp, netlink between processes, raw frames on the loopback device: each shown to work
     from outside the sandbox first) and, through each channel, to the method process, which
-    listens: nothing arrives anywhere, and every endpoint is refused in the method
-    process."""
+    listens (the kernel's log too, shown to carry text between two host processes where
+    this one may write it): nothing arrives anywhere, and every endpoint is refused in the
+    method process."""
+    if os.access("/dev/kmsg", os.W_OK):
+        log = adversaries.open_channel("kmsg")
+        adversaries.send("kmsg", "fedsynth probe", 0)
+        assert "fedsynth probe" in adversaries.receive("kmsg", log)
+        os.close(log)
     with contextlib.ExitStack() as stack:
         port, listeners = adversaries.host_listeners(stack)
         result = go(tmp_path, spec("adv_channel", {"channels": CHANNELS, "port": port}))
