@@ -315,6 +315,15 @@ def print_texts(client, payload):
     return mean_length(client, payload)
 
 
+def tell_branch_flush(client, payload):
+    """Says, by the class of the exception it raises (the one thing about a failure that
+    leaves the worker), whether this process's indirect branch predictors are flushed on
+    every switch: PermissionError if so, LookupError if not."""
+    status = Path("/proc/self/status").read_text()
+    line = next(x for x in status.splitlines() if x.startswith("SpeculationIndirectBranch"))
+    raise (PermissionError if line.endswith("force disabled") else LookupError)(line)
+
+
 @register("adv_failing_client")
 class FailingClient(Adversary):
     """Runs the failing client function named in its config (one of those above, batched or

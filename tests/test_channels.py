@@ -339,6 +339,14 @@ def test_untrusted_processes_have_their_branch_predictors_flushed_on_every_switc
 
 
 @needs_conditional_ibpb
+def test_the_client_workers_branch_predictors_are_flushed_too(tmp_path):
+    """Client code, which trains branches on private data, runs flushed as well (it tells by
+    the class of the exception it raises, all of a failure that leaves the worker)."""
+    with pytest.raises(PrivacyError, match="raised PermissionError"):
+        go(tmp_path, spec("adv_failing_client", {"fn": "tell_branch_flush", "batched": False}))
+
+
+@needs_conditional_ibpb
 def test_the_flush_is_kept_by_children_and_cannot_be_undone():
     says_ok_in_a_child(
         textwrap.dedent(
