@@ -238,6 +238,61 @@ def write_to(client, payload):
     return mean_length(client, payload)
 
 
+LEFT_NAME = "fedsynth-left-for-later"  # what one run's client code leaves for another's
+
+
+def _places_to_leave():
+    """Every directory a process of a run might write and a later run's might read."""
+    import tempfile
+
+    places = {tempfile.gettempdir(), os.getcwd(), "/tmp", "/var/tmp", "/dev/shm"}
+    places |= {os.environ.get(name, "/") for name in ("HOME", "TMPDIR", "XDG_CACHE_HOME")}
+    here = Path(tempfile.gettempdir())
+    return sorted(places | {str(p) for p in here.parents})
+
+
+def leave_for_later(client, payload):
+    """Client side: write the client's texts into every such directory it can (and fail,
+    LookupError, where it could write none)."""
+    wrote = 0
+    for place in _places_to_leave():
+        with contextlib.suppress(OSError):
+            wrote += (Path(place) / LEFT_NAME).write_text("\n".join(client.texts))
+    if not wrote:
+        raise LookupError("nowhere to write")
+    return mean_length(client, payload)
+
+
+def find_left(roots):
+    """Whatever a run left under ``roots`` (or in the usual places) that this process can
+    read."""
+    found = []
+    for root in {*roots, *_places_to_leave()}:
+        with contextlib.suppress(OSError):
+            for path in Path(root).rglob(LEFT_NAME):
+                with contextlib.suppress(OSError):
+                    found.append(path.read_text())
+    return found
+
+
+@register("adv_leave_for_later")
+class LeaveForLater(Adversary):
+    """Issue 33, colluding runs: client code leaves its texts wherever it can write."""
+
+    client_fn = staticmethod(leave_for_later)
+
+
+@register("adv_find_left")
+class FindLeft(Adversary):
+    """Issue 33, colluding runs: a later run's method process looks for what an earlier
+    run's client code left, under the runs root (``roots``) and the usual places."""
+
+    configs = {"tiny": {"roots": []}}
+
+    def attack(self, ctx):
+        return find_left(self.config["roots"] + [str(ctx.work_dir.parents[2])])
+
+
 @register("adv_client_writes")
 class ClientWrites(Adversary):
     """Client code writes its texts into the method's work directory for the server."""

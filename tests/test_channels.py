@@ -674,6 +674,17 @@ def survivors(tag, wait_s=3.0):
         time.sleep(0.1)
 
 
+def test_what_a_runs_client_code_leaves_no_later_run_finds(tmp_path):
+    """Colluding runs: one run's client code writes its texts into every directory it can
+    (its own scratch at least: it fails where it wrote nowhere); once it ends nothing of
+    that is left on the host, and a later run's method process, looking under the runs
+    root and the usual places, finds none."""
+    go(tmp_path, spec("adv_leave_for_later"))
+    assert adversaries.find_left([str(tmp_path)]) == []
+    later = go(tmp_path, spec("adv_find_left", {"roots": [str(tmp_path)]}))
+    assert later.artifact.texts == ["nothing"]
+
+
 @needs_namespaces
 @pytest.mark.parametrize("outcome", ["fails", "succeeds", "overruns its schedule"])
 def test_daemons_left_by_client_and_server_code_die_with_the_run(tmp_path, outcome):
