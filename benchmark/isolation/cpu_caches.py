@@ -25,7 +25,10 @@ import numpy as np
 
 CACHES = Path("/sys/devices/system/cpu")
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-FALLBACK_BYTES = 256 << 20  # where the kernel lists no caches
+# Swept at least: twice the largest last level one socket of today's servers has (504 MB).
+# A virtual machine's kernel lists the caches its hypervisor describes, which need not be
+# the host's (QEMU's default describes a 16 MB last level whatever the host has).
+FLOOR_BYTES = 1 << 30
 # The buffer is read a chunk at a time, each chunk twice before the next: a second read
 # hits, so every cache level takes the sweep's lines for reused ones. A cache that guards
 # itself against one-pass scans (adaptive insertion; a last level that keeps only the
@@ -69,16 +72,16 @@ def online_cpus() -> set[int]:
 
 
 class CacheSweep:
-    """A buffer twice the largest cache, read in full (each chunk twice, ``CHUNK_BYTES``) by
-    one thread pinned to each online CPU it may be pinned to: each CPU's private caches and
-    the shared last level then hold the buffer's lines, in whatever (non-)inclusive
-    arrangement the CPU keeps them. Not just the coordinator's affinity: an untrusted
-    process may widen its own within its cpuset, and a CPU outside that (where pinning
-    fails) none of the run's processes can reach."""
+    """A buffer twice the largest cache (``FLOOR_BYTES`` at least), read in full (each
+    chunk twice, ``CHUNK_BYTES``) by one thread pinned to each online CPU it may be pinned
+    to: each CPU's private caches and the shared last level then hold the buffer's lines, in
+    whatever (non-)inclusive arrangement the CPU keeps them. Not just the coordinator's
+    affinity: an untrusted process may widen its own within its cpuset, and a CPU outside
+    that (where pinning fails) none of the run's processes can reach."""
 
     def __init__(self, cpus: set[int] | None = None) -> None:
         self.cpus = online_cpus() if cpus is None else cpus
-        size = 2 * (largest_cache_bytes(self.cpus) or FALLBACK_BYTES)
+        size = max(2 * largest_cache_bytes(self.cpus), FLOOR_BYTES)
         self._lines = np.ones(size // 8, dtype=np.uint64)  # written once: its own pages
 
     @property
