@@ -87,7 +87,7 @@ def test_the_sweep_leaves_no_line_of_client_code_to_time(place):
 @pytest.mark.slow  # the channel, shown open: load beside it disturbs the caches too
 @PLACE
 def test_without_the_sweep_the_lines_client_code_read_are_the_fast_ones(place):
-    assert told(None, place) >= 11
+    assert told(None, place, trials=10) >= 10  # chance 8 +- 0.45
 
 
 def test_the_sweep_covers_the_largest_cache_twice_on_every_cpu_a_process_may_use():
