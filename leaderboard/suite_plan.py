@@ -82,10 +82,11 @@ def plan_run(
     from benchmark.registry import METHODS
     from benchmark.run_models import run_hub_models, run_roles
 
-    method, epsilon, seed = cell
-    label = f"{method} ε={epsilon:g} seed={seed}"
+    row, epsilon, seed = cell
+    label = f"{row} ε={epsilon:g} seed={seed}"
+    method = suite.method_of(row)  # a variant row runs its method
     roles = run_roles(method, suite.metrics)
-    params = suite.spec(method, epsilon, seed, Path("unused")).method.params
+    params = suite.spec(row, epsilon, seed, Path("unused")).method.params
     models = run_hub_models(profile, method, suite.metrics, params)
     rate = RATES.get((suite.profile, method))
     if rate is None:

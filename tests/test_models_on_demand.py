@@ -295,3 +295,13 @@ def test_paper_suite_plan_prints_runs_models_and_cited_hours(fake_hub, tmp_path)
     assert "dp_ftrl ε=7 seed=2  models: embedder, ondevice_lm  rounds: unknown" in out
     assert "rate source: paper 000 (POPri) Table 2" in out
     assert not (tmp_path / "splits").exists()  # a plan builds nothing
+
+
+def test_a_suite_of_variant_rows_plans_each_row_as_the_method_it_runs(tmp_path):
+    """Paper 001's rows are variants of fed_ctg: each is planned with fed_ctg's models."""
+    result = CliRunner().invoke(
+        cli, ["suite", "run", "paper001", "--plan", "--splits", str(tmp_path / "splits")]
+    )
+    assert result.exit_code == 0, result.output
+    assert "control_zero_steps ε=inf seed=0  models: embedder, conditional_lm" in result.output
+    assert result.output.startswith("suite paper001: 21 runs, profile cpu, source chatterbot")
