@@ -293,6 +293,18 @@ class FindLeft(Adversary):
         return find_left(self.config["roots"] + [str(ctx.work_dir.parents[2])])
 
 
+@register("adv_many_models")
+class ManyModels(Adversary):
+    """Issue 33, item 12: declares hub models by id for the coordinator to download, as
+    many and as large as it likes."""
+
+    configs = {"tiny": {"hub_ids": []}}
+
+    @classmethod
+    def hub_ids(cls, config):
+        return tuple(config["hub_ids"])
+
+
 @register("adv_client_writes")
 class ClientWrites(Adversary):
     """Client code writes its texts into the method's work directory for the server."""

@@ -305,3 +305,47 @@ def test_a_suite_of_variant_rows_plans_each_row_as_the_method_it_runs(tmp_path):
     assert result.exit_code == 0, result.output
     assert "control_zero_steps ε=inf seed=0  models: embedder, conditional_lm" in result.output
     assert result.output.startswith("suite paper001: 21 runs, profile cpu, source chatterbot")
+
+
+def declaring(tmp_path, hub_ids):
+    """An isolated run of a method that declares ``hub_ids`` for the coordinator to fetch."""
+    import adversaries  # noqa: F401  (registers the adversarial adapters)
+    from doubles import StubProfile, make_split
+
+    from benchmark.runner import run
+    from benchmark.spec import spec_from_dict
+
+    spec = spec_from_dict(
+        {
+            "split": {"path": "unused"},
+            "method": {"name": "adv_many_models", "params": {"hub_ids": hub_ids}},
+            "privacy": {"epsilon": 2.0, "delta": 1e-5},
+            "seed": 5,
+        }
+    )
+    return run(spec, runs_root=tmp_path / "runs", profile=StubProfile(), split=make_split(),
+               isolated=True)  # fmt: skip
+
+
+def test_a_method_may_not_declare_more_hub_models_than_the_bound(fake_hub, tmp_path):
+    from benchmark.isolation.bounds import RequestBoundError
+
+    with pytest.raises(
+        RequestBoundError, match=r"adv_many_models.hub_ids: 9 exceeds .* \(hub_models\)"
+    ):
+        declaring(tmp_path, [f"org/model-{i}" for i in range(9)])
+    assert fake_hub.downloads == []
+
+
+def test_what_a_methods_hub_models_would_download_is_bounded_before_any_is(
+    fake_hub, tmp_path, monkeypatch
+):
+    """The fake hub's repository is 40 GB of wanted files."""
+    from benchmark.isolation.bounds import RequestBoundError
+
+    monkeypatch.setenv("FEDSYNTH_BOUND_HUB_BYTES", str(50 * 10**9))
+    with pytest.raises(RequestBoundError, match=r"80,000,000,000 exceeds .* \(hub_bytes\)"):
+        declaring(tmp_path, ["org/a", "org/b"])
+    assert fake_hub.downloads == []
+    assert declaring(tmp_path, ["org/a"]).artifact.texts
+    assert [m for m, _ in fake_hub.downloads] == ["org/a"]

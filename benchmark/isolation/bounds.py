@@ -4,7 +4,8 @@ The method process is untrusted, and everything it asks the coordinator for cost
 coordinator memory or time: a message it sends is read into memory, a release's
 dimension sizes the vectors the pool sums and noises, a row mechanism holds every unit's
 row, DP-PCA a dim × dim covariance, a cache request sets how much public text the
-coordinator's generator writes, and a pool call waits on the client side. Each has a bound
+coordinator's generator writes, a pool call waits on the client side, and the hub models it
+declares by id are downloaded by the coordinator. Each has a bound
 here; a request past one is refused before the work starts, with a :class:`RequestBoundError`
 naming the bound, its value and the variable that raises it. The defaults hold every
 built-in method at the ``paper`` profile with room to spare (paper 003's candidate cache:
@@ -36,6 +37,8 @@ class RequestBounds:
     cache_texts: int = 1_000_000  # texts they ask the generator for (prompts x count)
     cache_tokens: int = 400_000_000  # new tokens they allow it (texts x max_new_tokens)
     call_seconds: int = 24 * 3600  # one pool call's wait on the client side
+    hub_models: int = 8  # models a method declares by hub id (its own, beyond the roles)
+    hub_bytes: int = 256 << 30  # what the coordinator downloads for them, in all (a 70B model)
 
     @classmethod
     def from_environment(cls) -> RequestBounds:

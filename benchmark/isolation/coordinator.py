@@ -671,6 +671,8 @@ class IsolatedLaunch:
             self.hub_ids = check_hub_ids(info["hub_ids"], f"{self.spec.method.name}.hub_ids")
         except ValueError as exc:
             raise SpecError(str(exc)) from exc
+        where = f"{self.spec.method.name}.hub_ids"
+        RequestBounds.from_environment().check("hub_models", len(self.hub_ids), where)
         resolved = ResolvedSpec(self.spec, info["config"], self.split.name, self.split.version)
         return resolved, role
 
@@ -680,7 +682,11 @@ class IsolatedLaunch:
         starts; each (profile, role) once per process."""
         from benchmark.profiles.hub_fetch import HubModel, fetch
 
-        fetch([HubModel(i, "main", (self.spec.method.name,)) for i in self.hub_ids])
+        bounds, where = RequestBounds.from_environment(), f"{self.spec.method.name}.hub_ids"
+        fetch(
+            [HubModel(i, "main", (self.spec.method.name,)) for i in self.hub_ids],
+            admit_bytes=lambda size: bounds.check("hub_bytes", size, f"{where}: bytes to fetch"),
+        )
         cold = [r for r in self.models if (self.spec.profile, r) not in _WARM_ROLES]
         if self._by_name and cold:
             from benchmark.profiles import new_profile

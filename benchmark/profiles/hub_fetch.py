@@ -11,7 +11,7 @@ one weight format, safetensors where the repository has them.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Protocol
@@ -114,11 +114,16 @@ def missing(models: Iterable[HubModel]) -> list[HubModel]:
     return [m for m in models if not is_cached(m.model_id, m.revision)]
 
 
-def fetch(models: Iterable[HubModel], client: HubClient | None = None) -> dict[HubModel, int]:
+def fetch(
+    models: Iterable[HubModel],
+    client: HubClient | None = None,
+    admit_bytes: Callable[[int], None] | None = None,
+) -> dict[HubModel, int]:
     """Download every model of ``models`` missing from the local cache; returns those
     fetched, with the bytes of each on the hub. Offline (``HF_HUB_OFFLINE=1``) nothing is
     downloaded. Every model still missing afterwards is named in one :class:`FetchError`,
-    with why."""
+    with why. ``admit_bytes`` is called with the bytes to download, in all, once they are
+    known and before any is (it raises to refuse them)."""
     absent = missing(models)
     if not absent:
         return {}
@@ -126,21 +131,33 @@ def fetch(models: Iterable[HubModel], client: HubClient | None = None) -> dict[H
         raise _error({m: "not in the local cache and HF_HUB_OFFLINE=1" for m in absent})
     hub = client or HuggingFaceHub()
     failed: dict[HubModel, str] = {}
-    fetched: dict[HubModel, int] = {}
+    listed: dict[HubModel, tuple[list[str], int]] = {}
     for model in absent:
         try:
             sizes = hub.files(model.model_id, model.revision)
             wanted = wanted_files(sizes)
-            hub.download(model.model_id, model.revision, wanted)
-            fetched[model] = sum(sizes[name] for name in wanted)
+            listed[model] = (wanted, sum(sizes[name] for name in wanted))
         except Exception as exc:  # any failure (auth, gated, network) is reported by name
-            failed[model] = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+            failed[model] = _why(exc)
+    if admit_bytes is not None:
+        admit_bytes(sum(size for _, size in listed.values()))
+    fetched: dict[HubModel, int] = {}
+    for model, (wanted, size) in listed.items():
+        try:
+            hub.download(model.model_id, model.revision, wanted)
+            fetched[model] = size
+        except Exception as exc:
+            failed[model] = _why(exc)
             continue
         if not is_cached(model.model_id, model.revision):
             failed[model] = "downloaded, but its config.json is not in the cache"
     if failed:
         raise _error(failed)
     return fetched
+
+
+def _why(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
 
 
 def _error(failed: dict[HubModel, str]) -> FetchError:
