@@ -305,6 +305,57 @@ class ManyModels(Adversary):
         return tuple(config["hub_ids"])
 
 
+LEFT = "fedsynth-left-behind"
+
+
+def leaves_state(client, payload):
+    """1 if an earlier call left something this call can find, else 0; then leaves state
+    itself: a file in its temporary directory and beside it, an imported module, a daemon
+    that keeps a file there. With ``payload`` (a directory's name), only where the
+    temporary directory is under one of that name (elsewhere: 0, and nothing left)."""
+    import sys
+    import tempfile
+    import time
+
+    tmp = Path(tempfile.gettempdir())
+    if payload is not None and payload not in tmp.parts:
+        return np.array([0.0])
+    places = [tmp / LEFT, tmp.parent / LEFT]
+    seen = any(p.exists() for p in places) or "tabnanny" in sys.modules
+    for place in places:
+        with contextlib.suppress(OSError):
+            place.write_text("x")
+    import tabnanny  # noqa: F401  (a module neither the harness nor its libraries import)
+
+    if os.fork() == 0:  # a child that rewrites the file after the call ended
+        os.setsid()
+        for _ in range(50):
+            time.sleep(0.02)
+            for place in places:
+                with contextlib.suppress(OSError):
+                    place.write_text("x")
+        os._exit(0)
+    return np.array([float(seen)])
+
+
+@register("adv_recompute_state")
+class RecomputeState(Adversary):
+    """Issue 33, class 3, on the isolated path: ``leaves_state`` in the independence
+    check's processes only (the client worker answers 0), over two releases."""
+
+    client_fn = staticmethod(leaves_state)
+
+    def num_rounds(self):
+        return 2
+
+    def round(self, ctx, state, r):
+        self.aggregate(ctx, ctx.noise_for(steps=2))
+        return state
+
+    def payload(self, ctx):
+        return "recompute_tmp"
+
+
 @register("adv_client_writes")
 class ClientWrites(Adversary):
     """Client code writes its texts into the method's work directory for the server."""

@@ -550,34 +550,6 @@ def test_the_splits_corpus_and_the_raw_source_caches_are_unreadable(tmp_path, mo
 
 # --- class 3: a recomputation carries nothing to a later one ------------------------------
 
-LEFT = "fedsynth-left-behind"
-
-
-def leaves_state(client, payload):
-    """1 if an earlier call left something this call can find, else 0; then leaves state
-    itself: a file in its temporary directory and beside it, an imported module, a daemon
-    that keeps a file there."""
-    import sys
-    import tempfile
-
-    tmp = Path(tempfile.gettempdir())
-    places = [tmp / LEFT, tmp.parent / LEFT]
-    seen = any(p.exists() for p in places) or "tabnanny" in sys.modules
-    for place in places:
-        with contextlib.suppress(OSError):
-            place.write_text("x")
-    import tabnanny  # noqa: F401  (a module neither the harness nor its libraries import)
-
-    if os.fork() == 0:  # a child that rewrites the file after the call ended
-        os.setsid()
-        for _ in range(50):
-            time.sleep(0.02)
-            for place in places:
-                with contextlib.suppress(OSError):
-                    place.write_text("x")
-        os._exit(0)
-    return np.array([float(seen)])
-
 
 def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -622,6 +594,14 @@ def test_a_stop_reaches_a_process_that_left_its_process_group():
         proc.wait()
 
 
+def test_on_the_isolated_path_a_recomputation_finds_nothing_an_earlier_one_left(tmp_path):
+    """The same client function through a run (two releases, each checked): in the client
+    worker it answers 0; in a recomputation, 1 where an earlier one left state, which the
+    check would refuse (the worker said 0). The run ends, so none found any."""
+    result = go(tmp_path, spec("adv_recompute_state"))
+    assert result.record["privacy"]["ledger"] and result.artifact.texts == ["nothing"]
+
+
 @needs_landlock
 def test_a_recomputation_finds_nothing_an_earlier_one_left(tmp_path):
     """The independence check's processes, sandboxed as on the isolated path, recompute a
@@ -643,7 +623,7 @@ def test_a_recomputation_finds_nothing_an_earlier_one_left(tmp_path):
     try:
         for release in range(2):
             check = independence_check.IndependenceCheck(
-                jobs.CLIENT, jobs.snapshot(leaves_state, None), frozenset({0, 1, 2})
+                jobs.CLIENT, jobs.snapshot(adversaries.leaves_state, None), frozenset({0, 1, 2})
             )
             for client in range(3):
                 records = [{"text": f"t{release}{client}", "client_id": "c"}]
