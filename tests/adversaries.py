@@ -997,6 +997,8 @@ def open_channel(kind, port=None):
         return sock
     if kind == "shm":
         return _checked(libc.shmget(SHM_KEY, 1 << 16, 0o1000 | 0o600))  # IPC_CREAT
+    if kind == "sem":  # one SysV semaphore at 0: a client's semop raises it
+        return _checked(libc.semget(SHM_KEY, 1, 0o1000 | 0o600))
     if kind == "mq":
         return _checked(
             libc.mq_open(MQ_NAME, os.O_CREAT | os.O_RDONLY | os.O_NONBLOCK, 0o600, None)
@@ -1032,6 +1034,9 @@ def receive(kind, endpoint):
         return "\n".join(told)
     if kind == "shm":
         return ctypes.string_at(_checked(libc.shmat(endpoint, None, 0))).decode()
+    if kind == "sem":
+        value = _checked(libc.semctl(endpoint, 0, 12))  # GETVAL
+        return f"raised to {value}: bit 1" if value else "bit 0"
     if kind == "mq":
         buffer = ctypes.create_string_buffer(1 << 13)
         size = _checked(libc.mq_receive(endpoint, buffer, len(buffer), None))
@@ -1087,6 +1092,9 @@ def send(kind, text, port):
     elif kind == "shm":
         address = _checked(libc.shmat(_checked(libc.shmget(SHM_KEY, 0, 0)), None, 0))
         ctypes.memmove(address, data + b"\0", len(data) + 1)
+    elif kind == "sem":  # struct sembuf {sem_num 0, sem_op +1, sem_flg 0}
+        operation = ctypes.create_string_buffer(bytes([0, 0, 1, 0, 0, 0]))
+        _checked(libc.semop(_checked(libc.semget(SHM_KEY, 0, 0)), operation, 1))
     elif kind == "mq":
         queue = _checked(libc.mq_open(MQ_NAME, os.O_WRONLY | os.O_NONBLOCK))
         _checked(libc.mq_send(queue, data, len(data), 0))
@@ -1124,11 +1132,11 @@ def _attempt(outcomes, label, action):
 @register("adv_channel")
 class Channel(Adversary):
     """The client worker sends its texts through sockets (inet and inet6 udp and tcp,
-    netlink, raw frames, abstract unix), the kernel's log, a SysV shared memory segment, a
-    POSIX message queue, a lock on a file both sides can read, that file's access time (a
-    read), the host's counters (memory held, a file written, CPU spun) and a file in its
-    scratch directory, whose size a ``stat`` shows; the method process listens on each
-    (reads each counter before and after the call) and releases what it received."""
+    netlink, raw frames, abstract unix), the kernel's log, a SysV shared memory segment and
+    semaphore, a POSIX message queue, a lock on a file both sides can read, that file's
+    access time (a read), the host's counters (memory held, a file written, CPU spun) and a
+    file in its scratch directory, whose size a ``stat`` shows; the method process listens
+    on each (reads each counter before and after the call) and releases what it received."""
 
     configs = {"tiny": {"channels": ["udp"], "port": 9}}
     client_fn = staticmethod(send_texts)

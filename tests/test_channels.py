@@ -84,7 +84,7 @@ def leaks(result):
 # --- classes 1 and 2: no socket, no IPC object, no lock -----------------------------------
 
 
-CHANNELS = [*adversaries.HEARD, "kmsg", "abstract", "shm", "mq", "flock"]
+CHANNELS = [*adversaries.HEARD, "kmsg", "abstract", "shm", "sem", "mq", "flock"]
 COUNTERS = ["sysinfo", "statfs", *adversaries.COUNTERS]  # the host's, moved by client code
 
 
