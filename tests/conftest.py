@@ -11,6 +11,7 @@ import shutil
 import tempfile
 
 import pytest
+from host_facts import cpu_and_caches
 
 _SESSION_DIR = tempfile.mkdtemp(prefix="fedsynth-tests-")
 atexit.register(shutil.rmtree, _SESSION_DIR, ignore_errors=True)
@@ -46,3 +47,7 @@ def one_torch_thread():
 
     with torch_threads(1):
         yield
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(f"host: {cpu_and_caches()}")

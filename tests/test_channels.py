@@ -25,6 +25,7 @@ import adversaries  # noqa: F401  (registers the adversarial adapters)
 import numpy as np
 import pytest
 from doubles import StubProfile, make_split
+from host_facts import cpu_and_caches
 
 from benchmark.isolation import page_cache
 from benchmark.isolation.containment import signal_tree
@@ -290,26 +291,7 @@ def test_on_the_schedule_the_cpu_caches_tell_nothing(tmp_path):
     and the probe disturbs the caches enough without it: ``tests/test_cpu_caches.py``
     shows the channel, and the sweep closing it, on bare processes.)"""
     told = cpu_caches_told(tmp_path)
-    assert told <= 12, f"{told} of 16 on {_cpu_and_caches()}"
-
-
-def _cpu_and_caches() -> str:
-    """The CPU's model and the caches the kernel lists for CPU 0 (for a failure's message)."""
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        ),
-        "an unnamed CPU",
-    )
-    caches = sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"))
-    sizes = [
-        f"L{(c / 'level').read_text().strip()} {(c / 'type').read_text().strip()} "
-        f"{(c / 'size').read_text().strip()}"
-        for c in caches
-    ]
-    return f"{model}, {len(os.sched_getaffinity(0))} CPUs, caches {', '.join(sizes)}"
+    assert told <= 12, f"{told} of 16 on {cpu_and_caches()}"
 
 
 def _spectre_v2() -> str:
