@@ -619,6 +619,17 @@ def test_a_recomputation_finds_nothing_an_earlier_one_left(tmp_path):
 # --- class 8: every untrusted process dies with its run -------------------------------------
 
 
+def _described(pid):
+    """A process's state, parent, namespaces' pids and command line (for a failure)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        wanted = [x for x in status if x.split(":")[0] in ("State", "PPid", "NSpid", "NSsid")]
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        return f"{pid}: {' | '.join(wanted)} | {cmdline[:160]}"
+    except OSError:
+        return f"{pid}: gone"
+
+
 def survivors(tag, wait_s=3.0):
     """Live processes with ``tag`` in their command line (zombies are dead)."""
     deadline = time.monotonic() + wait_s
@@ -698,15 +709,18 @@ def test_a_daemon_dies_when_the_operator_kills_the_coordinator(tmp_path, signal_
         """
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-c", coordinator], env=env)
+    log = tmp_path / "coordinator.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", coordinator], env=env, stderr=out)
     try:
         deadline = time.monotonic() + 120
         while len(survivors(tag, 0)) < 2:  # the server side's and a client call's
-            assert proc.poll() is None and time.monotonic() < deadline, "no daemons started"
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.2)
         proc.send_signal(getattr(signal, signal_name))
         proc.wait(timeout=30)
-        assert survivors(tag) == []
+        left = survivors(tag)
+        assert left == [], [_described(pid) for pid in left]
     finally:
         proc.kill()
         for pid in survivors(tag, 0):

@@ -258,8 +258,8 @@ def _fork(
 
 def serve(control_fd: int) -> None:
     """The template: import, say it is ready, then fork one child per request until the
-    control socket closes (the coordinator ended: the template ends, and its children,
-    tied to it, with it). A child is reaped only when the coordinator asks (it saw the
+    control socket closes (the coordinator ended: the template ends at once, without the
+    interpreter's finalisation, and its children, tied to it, with it). A child is reaped only when the coordinator asks (it saw the
     child end), so its pid is not reused while the coordinator may signal it. A terminal's
     ^C is the coordinator's to handle."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -274,8 +274,8 @@ def serve(control_fd: int) -> None:
     control.send(READY + (b"1" if cuda_driver_loaded() else b"0"))
     while True:
         message, fds, _, _ = socket.recv_fds(control, 1 << 20, _MAX_FDS)
-        if not message:
-            return
+        if not message:  # at once: the interpreter's finalisation (torch's) takes seconds
+            os._exit(0)
         request = json.loads(message)
         if "reap" in request:
             with contextlib.suppress(OSError):
