@@ -259,9 +259,9 @@ def _fork(
 def serve(control_fd: int) -> None:
     """The template: import, say it is ready, then fork one child per request until the
     control socket closes (the coordinator ended: the template ends at once, without the
-    interpreter's finalisation, and its children, tied to it, with it). A child is reaped only when the coordinator asks (it saw the
-    child end), so its pid is not reused while the coordinator may signal it. A terminal's
-    ^C is the coordinator's to handle."""
+    interpreter's finalisation, and its children, tied to it, with it). A child is reaped
+    only when the coordinator asks (it saw the child end), so its pid is not reused while
+    the coordinator may signal it. A terminal's ^C is the coordinator's to handle."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     for name in TEMPLATE_IMPORTS:
