@@ -924,8 +924,9 @@ def _frames(kind):
 
 def host_listeners(stack):
     """Outside any sandbox, listeners for every channel a host process could hear
-    (``HEARD``), each shown to receive a probe sent from here first; IPv6 only where the
-    host has ``::1``, raw frames only where this process may sniff them. Returns the inet port and ``{kind: listener}``, closed by ``stack``."""
+    (``HEARD``), each shown to receive a probe sent from here first: IPv6 only where the
+    host has ``::1``, raw frames only where this process may sniff them. Returns the inet
+    port and ``{kind: listener}``, closed by ``stack``."""
     import socket
 
     stream = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
@@ -936,10 +937,8 @@ def host_listeners(stack):
             continue
         family = socket.AF_INET6 if kind in INET6 else socket.AF_INET
         if kind in ("netlink", "packet"):
-            try:
+            with contextlib.suppress(PermissionError):  # raw frames need CAP_NET_RAW
                 listeners[kind] = stack.enter_context(_frames(kind))
-            except PermissionError:  # raw frames need CAP_NET_RAW (root)
-                pass
             continue
         sock = stack.enter_context(socket.socket(family, 1 if kind == "tcp6" else 2))
         try:
