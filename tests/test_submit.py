@@ -137,6 +137,7 @@ def test_a_hostile_submission_gets_nothing_out(tmp_path):
         result = CliRunner().invoke(
             cli,
             ["submit", str(adapter), "--suite", "tiny", "--call-seconds", "12"]
+            + ["--bundle", str(tmp_path / "bundle.tar.gz")]
             + ["--results", str(tmp_path / "results"), "--runs", str(tmp_path / "runs")]
             + ["--splits", str(tmp_path / "splits")],
         )
