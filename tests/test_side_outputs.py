@@ -48,27 +48,28 @@ def texts_of(split):
     return [r["text"].strip() for r in split.records("train")]
 
 
-def spec(method):
+def spec(method, params=None):
     return spec_from_dict(
         {
             "split": {"path": "unused"},
-            "method": {"name": method, "params": {}},
+            "method": {"name": method, "params": params or {}},
             "privacy": {"epsilon": 2.0, "delta": 1e-5, **SEEDED},
             "seed": 5,
         }
     )
 
 
-def go(runs, method, letter):
+def go(runs, method, letter, params=None):
     return run(
-        spec(method), runs_root=runs, profile=StubProfile(), split=split_with(letter), isolated=True
-    )
+        spec(method, params), runs_root=runs, profile=StubProfile(), split=split_with(letter),
+        isolated=True,
+    )  # fmt: skip
 
 
-def refusal(runs, method, letter, kind=PrivacyError):
+def refusal(runs, method, letter, params=None):
     """The refusal's message and everything the operator's log would show of it."""
-    with pytest.raises(kind) as caught:
-        go(runs / letter, method, letter)
+    with pytest.raises(PrivacyError) as caught:
+        go(runs / letter, method, letter, params)
     return str(caught.value), "".join(traceback.format_exception(caught.value))
 
 
@@ -84,17 +85,6 @@ def assert_says_nothing(both, splits=("v", "w")):
     for letter in splits:
         for text in texts_of(split_with(letter)):
             assert text not in log_v and text not in log_w
-
-
-def failing(runs, fn, batched, letter):
-    """``fn`` fails on the client worker of the ``letter`` split, called by a method process
-    on the isolated path: the refusal and what the operator's log shows of it."""
-    data = spec("adv_failing_client").to_dict()
-    data["method"]["params"] = {"fn": fn, "batched": batched}
-    with pytest.raises(PrivacyError) as caught:
-        run(spec_from_dict(data), runs_root=runs / letter, profile=StubProfile(),
-            split=split_with(letter), isolated=True)  # fmt: skip
-    return str(caught.value), "".join(traceback.format_exception(caught.value))
 
 
 CALL = "pool.aggregate (label 'r'): "
@@ -114,7 +104,8 @@ def test_a_failing_client_function_says_the_same_whatever_its_data(tmp_path, fn,
     """A fixed refusal (for an exception or a crash, after the pool call and its label, the
     method's own words): not the text, not a class named after it, not the exit code, the
     shape or the dtype."""
-    both = [failing(tmp_path, fn, batched, letter) for letter in "vw"]
+    params = {"fn": fn, "batched": batched}
+    both = [refusal(tmp_path, "adv_failing_client", letter, params) for letter in "vw"]
     assert_says_nothing(both)
     assert both[0][0].startswith(words)
     assert "leak_" not in both[0][1] and "erse" not in both[0][1]
