@@ -842,6 +842,7 @@ ABSTRACT_NAME, SHM_KEY, MQ_NAME = b"\0fedsynth-adv", 0xFED5, b"/fedsynth-adv"
 NETLINK_USERSOCK, NETLINK_PORT = 2, 0xFED5  # netlink between user processes, by port id
 ETHERTYPE = 0x88B5  # an experimental ethertype: frames on the loopback device
 INET6 = ("udp6", "tcp6")
+HEADER_BYTES = {"netlink": 16, "packet": 14}  # nlmsghdr; an ethernet header: not the text
 SCRATCH_NAME = "fedsynth-adv"  # a file client code writes in its scratch directory
 
 
@@ -935,11 +936,11 @@ def host_listeners(stack):
     for kind in HEARD:
         if kind == "tcp":
             continue
-        family = socket.AF_INET6 if kind in INET6 else socket.AF_INET
         if kind in ("netlink", "packet"):
             with contextlib.suppress(PermissionError):  # raw frames need CAP_NET_RAW
                 listeners[kind] = stack.enter_context(_frames(kind))
             continue
+        family = socket.AF_INET6 if kind in INET6 else socket.AF_INET
         sock = stack.enter_context(socket.socket(family, 1 if kind == "tcp6" else 2))
         try:
             sock.bind(("::1" if kind in INET6 else "127.0.0.1", port))
@@ -967,8 +968,7 @@ def heard(kind, listener):
             with connection:
                 connection.settimeout(0.2)
                 return connection.recv(1 << 16).decode()
-        header = {"netlink": 16, "packet": 14}.get(kind, 0)
-        return listener.recv(1 << 16)[header:].decode()
+        return listener.recv(1 << 16)[HEADER_BYTES.get(kind, 0) :].decode()
     except TimeoutError:
         return None
 
@@ -1026,8 +1026,7 @@ def receive(kind, endpoint):
     libc = _libc()
     if kind in ("udp", "tcp", "abstract", *INET6, "netlink", "packet"):
         endpoint.settimeout(0.5)
-        header = {"netlink": 16, "packet": 14}.get(kind, 0)  # nlmsghdr; ethernet header
-        return endpoint.recv(1 << 16)[header:].decode()
+        return endpoint.recv(1 << 16)[HEADER_BYTES.get(kind, 0) :].decode()
     if kind == "kmsg":
         told = []
         with contextlib.suppress(BlockingIOError):
