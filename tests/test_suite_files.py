@@ -100,3 +100,11 @@ def test_paper001s_delta_is_one_over_n_ln_n_at_its_train_clients():
 def test_paper002_runs_on_the_benchs_split():
     bench, paper002 = SUITES["bench"], SUITES["paper002"]
     assert (paper002.source, paper002.split_options) == (bench.source, bench.split_options)
+
+
+def test_every_suite_lists_the_canary_audit():
+    """No entry is published without the one-run audit's ε lower bound
+    (test_published_results), so a suite without the audit would run hours for entries that
+    cannot be published (paper001 version 1 did)."""
+    missing = [n for n, s in SUITES.items() if all(m["name"] != "canary" for m in s.metrics)]
+    assert missing == []
