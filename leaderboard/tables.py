@@ -262,8 +262,11 @@ def summary_of(entry: dict[str, Any], metric: str) -> dict[str, Any] | None:
     return entry["metrics"].get(metric) or entry.get("audit", {}).get(metric)
 
 
-def build_table(rows: Sequence[Row], split: str, metric: str | None = None) -> Table:
-    """The split's methods × ε table of ``metric`` (default: its headline metric)."""
+def build_table(
+    rows: Sequence[Row], split: str, metric: str | None = None, order: Sequence[str] = ()
+) -> Table:
+    """The split's methods × ε table of ``metric`` (default: its headline metric). Rows go
+    by role, then in ``order`` (a suite's rows, e.g. a paper's table order), then by name."""
     metric = metric or headline_metric(rows, split)
     rows = [r for r in rows if r.split == split and summary_of(r.entry, metric)]
     rows, unranked = apart_by_unit(rows)
@@ -273,7 +276,8 @@ def build_table(rows: Sequence[Row], split: str, metric: str | None = None) -> T
     cells = {(r.method, r.epsilon_budget): cell_of(summary_of(r.entry, metric)) for r in rows}
     roles = {r.method: role_of(r) for r in rows}
     epsilons = sorted({e for _, e in cells})
-    methods = sorted(roles, key=lambda m: (ROLE_ORDER[roles[m]], m))
+    place = {m: i for i, m in enumerate(order)}
+    methods = sorted(roles, key=lambda m: (ROLE_ORDER[roles[m]], place.get(m, len(place)), m))
     anchors = anchors_by_store(rows, metric)
     gap = {
         (r.method, r.epsilon_budget): gap_closed(cells[r.method, r.epsilon_budget].mean, *scale)

@@ -235,9 +235,9 @@ def render_tracks(
             continue
         out.append(f"leaderboard {view.version}")
         for split in sorted({r.split for r in rows}):
-            table = build_table(rows, split, metric)
+            suite = SUITES[view.track.suite]
+            table = build_table(rows, split, metric, order=suite.methods)
             if table.methods:
-                suite = SUITES[view.track.suite]
                 out.append(render_text(table, bold))
                 out += [
                     f"  {m}: {suite.variants[m].description}"

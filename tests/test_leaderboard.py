@@ -233,6 +233,22 @@ def summary_row(method, eps, values, role=None, metric=METRIC):
     return Row("lb", "toy", method, eps, eps, "formal", f"{method}-{eps}.json", entry)
 
 
+def test_rows_follow_the_suites_order_within_their_role():
+    """A paper's variants read in its table's order (``leaderboard show`` passes the suite's
+    rows); rows the order does not name follow, by name, and roles still come first."""
+    rows = [summary_row(m, 8.0, [0.3]) for m in ("eps8", "pre", "zeta", "control", "alpha")]
+    rows.append(summary_row("public_only", 0.0, [0.1], "bound"))
+    table = build_table(rows, "toy", METRIC, order=["pre", "control", "eps8"])
+    assert table.methods == ["public_only", "pre", "control", "eps8", "alpha", "zeta"]
+    assert build_table(rows, "toy", METRIC).methods[1:] == [
+        "alpha",
+        "control",
+        "eps8",
+        "pre",
+        "zeta",
+    ]
+
+
 def test_gap_closed_uses_each_stores_own_bounds_else_the_published_ones():
     published = [
         summary_row("public_only", 0.0, [0.10]),  # an entry from before roles: still a bound
