@@ -298,12 +298,14 @@ def test_paper_suite_plan_prints_runs_models_and_cited_hours(fake_hub, tmp_path)
 
 
 def test_a_suite_of_variant_rows_plans_each_row_as_the_method_it_runs(tmp_path):
-    """Paper 001's rows are variants of fed_ctg: each is planned with fed_ctg's models."""
+    """Paper 001's rows are variants of fed_ctg: each is planned with fed_ctg's models (and the
+    on-device LM the canary audit scores with)."""
     result = CliRunner().invoke(
         cli, ["suite", "run", "paper001", "--plan", "--splits", str(tmp_path / "splits")]
     )
     assert result.exit_code == 0, result.output
-    assert "control_zero_steps ε=inf seed=0  models: embedder, conditional_lm" in result.output
+    planned = "control_zero_steps ε=inf seed=0  models: embedder, ondevice_lm, conditional_lm"
+    assert planned in result.output
     assert result.output.startswith("suite paper001: 21 runs, profile cpu, source chatterbot")
 
 
