@@ -234,8 +234,8 @@ def render_tracks(
         if not rows:
             continue
         out.append(f"leaderboard {view.version}")
+        suite = SUITES[view.track.suite]
         for split in sorted({r.split for r in rows}):
-            suite = SUITES[view.track.suite]
             table = build_table(rows, split, metric, order=suite.methods)
             if table.methods:
                 out.append(render_text(table, bold))
