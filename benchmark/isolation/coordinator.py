@@ -196,9 +196,11 @@ class _Settling:
                 atomic_write(self.log, json.dumps(sorted(self.open)))
 
     def close(self) -> None:
-        """Unlock the read set and let the next run on the schedule start (once)."""
+        """Unlock the read set, free the sweep's buffer and let the next run on the
+        schedule start (once)."""
         global _holding_host
         self.pins.release()
+        self.sweep.release()
         if self._holding:
             self._held.close()
             _holding_host = self._holding = False

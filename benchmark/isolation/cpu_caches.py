@@ -88,6 +88,12 @@ class CacheSweep:
     def nbytes(self) -> int:
         return self._lines.nbytes
 
+    def release(self) -> None:
+        """Free the buffer (a gigabyte at least) now, not when the last reference goes: a
+        finished run's objects may wait in reference cycles for the collector, and the
+        next run's read set is locked only where enough memory stays available."""
+        self._lines = np.empty(0, dtype=np.uint64)
+
     def sweep(self) -> set[int]:
         """Read the buffer on every CPU, in parallel (numpy's sum lets go of the GIL); the
         CPUs it ran on."""
