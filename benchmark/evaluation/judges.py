@@ -9,7 +9,9 @@ A judge answers, for each (prompt, response A, response B), 1.0 if A is better, 
   with GPT-4o win rates), ``pmi`` (how much more likely the prompt makes the response
   than a context-free opening does, log p(r|x) − log p(r|∅): relevance to the context,
   which a fluent off-topic reply lacks) and ``reward_model`` (a local sequence-
-  classification model). How often each prefers the human reply:
+  classification model) and ``embedding_reward`` (a reward head over all-mpnet-base-v2
+  embeddings, shipped with the project: :class:`EmbeddingRewardJudge`). How often each
+  prefers the human reply:
   ``docs/measurements/working-scale.md#judges``. A score judge reads the profile's
   generator unless its spec names another LM (``lm``, see :func:`judge_generator`): the
   ``prefs`` track's judge is ``pmi`` under Gemma 3 270M, a model no policy starts from (why:
@@ -28,11 +30,13 @@ import json
 import os
 import urllib.request
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from benchmark.evaluation.judge_templates import JudgeTemplate, get_template
+from benchmark.evaluation.reward_head import RewardHead, conversation_text
 from benchmark.profiles.base import Generator, ModelProfile
 
 
@@ -156,6 +160,59 @@ class RewardModelJudge(ScoreJudge):
         return out
 
 
+class EmbeddingRewardJudge(ScoreJudge):
+    """A reward head over a sentence encoder's embeddings of the conversation and the reply
+    (:mod:`benchmark.evaluation.reward_head`), trained on preference pairs no suite uses.
+
+    Why: a log-probability judge under the policies' starting model rates that model's
+    greedy replies above people's by construction (:class:`ContextPMIJudge`), and under
+    another small LM (Gemma 3 270M) it still failed the gate (60 % model vs human). The
+    encoder here (all-mpnet-base-v2) shares no weights with any policy or method, and the
+    head learns what people chose, the model-written replies of a third model among its
+    negatives (``measurements/train_reward_judge.py``). ``embed``: texts to unit rows, the
+    encoder the head was trained on (its label is in the head's ``meta``)."""
+
+    name = "embedding_reward"
+
+    def __init__(
+        self, head: RewardHead, embed: Callable[[list[str]], np.ndarray], head_name: str
+    ) -> None:
+        self.head, self.embed, self.head_name = head, embed, head_name
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            **super().settings(),
+            "head": self.head_name,
+            "embedder": self.head.meta.get("embedder"),
+        }
+
+    def score(self, prompts: list[str], responses: list[str]) -> np.ndarray:
+        contexts = [conversation_text(p) for p in prompts]
+        unique = sorted(set(contexts) | set(responses))
+        rows = dict(zip(unique, self.embed(unique), strict=True))
+        return self.head.score(
+            np.stack([rows[c] for c in contexts]), np.stack([rows[r] for r in responses])
+        )
+
+
+def shipped_reward_judge(head_name: str) -> EmbeddingRewardJudge:
+    """The head shipped as ``reward_heads/<head_name>.npz`` (``benchmark.profiles.shipped``,
+    sha256-checked) over all-mpnet-base-v2, the encoder it was trained on."""
+    from benchmark.profiles import mpnet
+    from benchmark.profiles.shipped import shipped_file
+
+    path = shipped_file(f"reward_heads/{head_name}.npz")
+    if path is None:
+        raise ValueError(f"no shipped reward head {head_name!r} (or its sha256 does not match)")
+    head = RewardHead.load(path)
+    if head.meta.get("embedder") != mpnet.LABEL:
+        raise ValueError(
+            f"reward head {head_name!r} was trained on {head.meta.get('embedder')}, "
+            f"not {mpnet.LABEL}"
+        )
+    return EmbeddingRewardJudge(head, mpnet.load_embedder(), head_name)
+
+
 class VerdictJudge(Judge):
     """A judge that sees both answers; the A/B order is shuffled per item (seeded)."""
 
@@ -272,7 +329,8 @@ def judge_generator(spec: dict[str, Any], profile: ModelProfile) -> Generator | 
 
 
 def make_judge(spec: dict[str, Any], generator: Generator | None, seed: int) -> Judge:
-    """Build a judge from ``{"type": "loglik" | "pmi" | "reward_model" | "llm" | "http", ...}``."""
+    """Build a judge from ``{"type": "loglik" | "pmi" | "reward_model" | "embedding_reward" |
+    "llm" | "http", ...}``."""
     options = dict(spec)
     kind = options.pop("type", "loglik")
     options.pop("lm", None)  # which LM ``generator`` is: see judge_generator
@@ -286,8 +344,11 @@ def make_judge(spec: dict[str, Any], generator: Generator | None, seed: int) -> 
         return LocalLLMJudge(generator, seed=seed, **options)
     if kind == "reward_model":
         return RewardModelJudge(**options)
+    if kind == "embedding_reward":
+        return shipped_reward_judge(**options)
     if kind == "http":
         return HTTPJudge(seed=seed, **options)
     raise ValueError(
-        f"unknown judge type {kind!r}; expected loglik, pmi, reward_model, llm or http"
+        f"unknown judge type {kind!r}; expected loglik, pmi, reward_model, embedding_reward, "
+        "llm or http"
     )

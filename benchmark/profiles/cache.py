@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 from pathlib import Path
@@ -33,3 +34,13 @@ def save_array(path: Path, array: np.ndarray) -> None:
     buffer = io.BytesIO()
     np.save(buffer, array)
     atomic_write(path, buffer.getvalue())
+
+
+def sha256_file(path: Path) -> str:
+    """The file's sha256, read a megabyte at a time (a packaged model is checked against
+    its pinned digest before it is used)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()

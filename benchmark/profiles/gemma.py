@@ -25,14 +25,13 @@ prompt of its own (:data:`benchmark.profiles.cpu.BASE_FILL_INSTRUCTION` and
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 from pathlib import Path
 from typing import Any
 
 from benchmark.profiles import gguf_cache
-from benchmark.profiles.cache import cache_dir
+from benchmark.profiles.cache import cache_dir, sha256_file
 from benchmark.profiles.errors import ModelUnavailableError
 
 MODEL_ID = "google/gemma-3-270m"
@@ -52,14 +51,6 @@ def _module(distribution: str) -> str:
 def missing_distributions() -> list[str]:
     """The carrier packages that are not installed (found without importing them)."""
     return [d for d in DISTRIBUTIONS if importlib.util.find_spec(_module(d)) is None]
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def gguf_path() -> Path:
