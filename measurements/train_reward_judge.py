@@ -29,8 +29,9 @@ Steps, each resumable (outputs kept in ``--work``):
 1. ``negatives --shard i/k``: the Gemma replies to the train prompts of shard ``i``;
 2. ``answers``: the base policy's greedy replies to the dev prompts;
 3. ``train``: embed every text (bf16 autocast, cached by text), train the candidates,
-   select, ship the head (``benchmark/profiles/shipped/reward_heads/<name>.npz``) and
-   write the report (``--out``).
+   select, ship the head (``benchmark/profiles/shipped/reward_heads/<name>.npz``, the name
+   ending in the file's sha256, so a suite that names a head names its weights) and write
+   the report (``--out``).
 
 Run: ``.venv/bin/python measurements/train_reward_judge.py train --work /tmp/reward-judge
 --out docs/measurements/reward_judge.json`` (after the first two steps).
@@ -39,6 +40,7 @@ Run: ``.venv/bin/python measurements/train_reward_judge.py train --work /tmp/rew
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import time
@@ -236,10 +238,13 @@ def train_step(
             best = (score, RewardHead(head.layers, {"embedder": mpnet.LABEL, **candidate}))
     head = best[1]
     assert head is not None
-    staged = work / f"{HEAD_NAME}.npz"
-    staged.write_bytes(head.to_bytes())
-    ship(staged, f"reward_heads/{HEAD_NAME}.npz")
-    report["selected"] = head.meta
+    data = head.to_bytes()
+    name = f"{HEAD_NAME}-{hashlib.sha256(data).hexdigest()[:12]}"  # a new head, a new name
+    staged = work / f"{name}.npz"
+    staged.write_bytes(data)
+    ship(staged, f"reward_heads/{name}.npz")
+    report["selected"] = {"head_name": name, **head.meta}
+    print(f"shipped {name}", flush=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n")
 
