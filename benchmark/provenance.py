@@ -37,15 +37,20 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def code_version() -> str:
-    """Git commit of the harness (``+dirty`` if modified), else the package version."""
-    root = Path(__file__).resolve().parent.parent
+# The signed results store lives in the checkout, and runs add to it as they finish: what
+# it holds is the harness's output, not its code, so it does not make a checkout dirty.
+STORE_PATHSPEC = ":(exclude)results"
+
+
+def code_version(root: Path = Path(__file__).resolve().parent.parent) -> str:
+    """Git commit of the harness at ``root`` (``+dirty`` if its tracked code is modified;
+    the results store does not count), else the package version."""
     try:
         rev = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", STORE_PATHSPEC],
             cwd=root,
             capture_output=True,
             text=True,
