@@ -50,7 +50,7 @@ JUDGES: dict[str, dict[str, Any]] = {
     "smollm2-pmi": {"type": "pmi", "null_prompt": NULL_PROMPT},
     "smollm2-loglik": {"type": "loglik"},
     "smollm2-llm-hh": {"type": "llm", "template": "hh"},
-    "mpnet-reward": {"type": "embedding_reward", "head_name": "chitchat-mpnet"},
+    "mpnet-reward": {"type": "embedding_reward", "head_name": "chitchat-mpnet-ce31a3c2614c"},
 }
 
 

