@@ -13,9 +13,10 @@ A judge answers, for each (prompt, response A, response B), 1.0 if A is better, 
   embeddings, shipped with the project: :class:`EmbeddingRewardJudge`). How often each
   prefers the human reply:
   ``docs/measurements/working-scale.md#judges``. A score judge reads the profile's
-  generator unless its spec names another LM (``lm``, see :func:`judge_generator`): the
-  ``prefs`` track's judge is ``pmi`` under Gemma 3 270M, a model no policy starts from (why:
-  :class:`ContextPMIJudge`; its gate: ``measurements/judge_agreement.py``);
+  generator unless its spec names another LM (``lm``, see :func:`judge_generator`), e.g.
+  ``pmi`` under Gemma 3 270M, a model no policy starts from (why: :class:`ContextPMIJudge`).
+  The ``prefs`` track's judge is ``embedding_reward``, the one that passed the gate
+  (``measurements/judge_agreement.py``);
 - verdict judges read both responses in one prompt and answer "A" or "B": ``llm`` (a local
   LLM, by comparing the log-probabilities of answering A and B) and ``http`` (any
   OpenAI-compatible chat-completions endpoint). Their A/B order is randomised per item with

@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +48,11 @@ class RewardHead:
         import torch
 
         with torch.no_grad():
-            return self.module()(torch.from_numpy(features(context, reply))).squeeze(-1).numpy()
+            return self.module(torch.from_numpy(features(context, reply))).squeeze(-1).numpy()
 
+    @cached_property
     def module(self) -> Any:
-        """The head as a torch module, its weights copied in (float32)."""
+        """The head as a torch module, its weights copied in (float32) once per head."""
         import torch
 
         width = self.layers["w1" if self.hidden else "w2"].shape[0]
