@@ -13,6 +13,7 @@ import pytest
 
 from benchmark.profiles import ModelUnavailableError, family, gemma, gguf_cache, new_profile
 from benchmark.profiles import cpu as cpu_profile
+from benchmark.profiles.cache import sha256_file
 
 CONTENT = bytes(range(256)) * 64 + b"a small stand-in for the GGUF"
 
@@ -219,7 +220,7 @@ def test_real_gemma_assembles_loads_offline_and_writes(tmp_path, monkeypatch):
     start = time.perf_counter()
     model, tok = gemma.load_gemma()
     print(f"\nGemma first load {first:.0f} s, cached {time.perf_counter() - start:.1f} s")
-    assert gemma.sha256_file(gemma.gguf_path()) == gemma.SHA256
+    assert sha256_file(gemma.gguf_path()) == gemma.SHA256
     assert type(model).__name__ == "Gemma3ForCausalLM" and not tok.chat_template
     assert 2.6e8 < sum(p.numel() for p in model.parameters()) < 2.8e8
     ids = tok("The capital of Germany is")["input_ids"]

@@ -1,15 +1,18 @@
-"""Where profiles keep what they build once: the tiny tokenizer and the fp32 SmolLM2 copy."""
+"""Where profiles keep what they build once: the tiny tokenizer, the fp32 SmolLM2 copy and
+the packaged models assembled from their chunks."""
 
 from __future__ import annotations
 
 import hashlib
 import io
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from benchmark.files import atomic_write
+from benchmark.profiles.errors import ModelUnavailableError
 
 
 def cache_dir() -> Path:
@@ -44,3 +47,23 @@ def sha256_file(path: Path) -> str:
         while block := f.read(1 << 20):
             digest.update(block)
     return digest.hexdigest()
+
+
+def pinned_file(target: Path, sha256: str, build: Callable[[Path], None], damaged: str) -> Path:
+    """``target`` when it already has ``sha256``; otherwise ``build`` writes it to a temporary
+    name beside it, and only a build with the pinned digest is moved into place (else
+    :class:`ModelUnavailableError` with ``damaged``), so no reader sees a partial or wrong file."""
+    if target.exists() and sha256_file(target) == sha256:
+        return target
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    try:
+        try:
+            build(tmp)
+        except ValueError as exc:  # a builder's own integrity check
+            raise ModelUnavailableError(damaged) from exc
+        if sha256_file(tmp) != sha256:
+            raise ModelUnavailableError(damaged)
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target

