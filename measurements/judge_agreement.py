@@ -50,8 +50,17 @@ JUDGES: dict[str, dict[str, Any]] = {
     "smollm2-pmi": {"type": "pmi", "null_prompt": NULL_PROMPT},
     "smollm2-loglik": {"type": "loglik"},
     "smollm2-llm-hh": {"type": "llm", "template": "hh"},
-    "mpnet-reward": {"type": "embedding_reward", "head_name": "chitchat-mpnet-ce31a3c2614c"},
+    "mpnet-reward": {},  # the prefs suite's own judge: see prefs_judge
 }
+
+
+def prefs_judge() -> dict[str, Any]:
+    """The judge the ``prefs`` suite scores win rate with: the suite's definition is the one
+    place that names its reward head, so the gate measures the judge the track uses."""
+    from leaderboard.catalog import get_suite
+
+    (metric,) = [m for m in get_suite("prefs").metrics if m["name"] == "win_rate"]
+    return dict(metric["settings"]["judge"])
 
 
 def agreement(verdicts: np.ndarray) -> dict[str, float]:
@@ -127,7 +136,7 @@ def main() -> None:
         "judges": {},
     }
     for name in args.judges:
-        spec = JUDGES[name]
+        spec = JUDGES[name] or prefs_judge()
         start = time.perf_counter()
         judge = make_judge(spec, judge_generator(spec, profile), seed=0)
         verdicts = human_side_verdicts(judge, prompts, chosen, [rejected, answers])
