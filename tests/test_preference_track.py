@@ -16,6 +16,8 @@ from benchmark.preference_training import (
     align,
     completion_logprobs,
     encode_completions,
+    encode_pairs,
+    reference_margins,
 )
 from benchmark.profiles import get_profile
 
@@ -94,6 +96,24 @@ def test_completion_logprobs_of_a_batch_equal_each_row_alone():
     with torch.no_grad():
         batched = completion_logprobs(generator.model, rows)
         alone = torch.cat([completion_logprobs(generator.model, [row]) for row in rows])
+    torch.testing.assert_close(batched, alone, rtol=1e-5, atol=1e-4)
+
+
+def test_reference_margins_batched_by_length_come_back_in_the_pairs_order():
+    """Pairs are batched by length: each margin is still its own pair's, as computed alone."""
+    generator = get_profile("tiny").generator()
+    pairs = tuples(7, 3)
+    for i, pair in enumerate(pairs):  # lengths out of order, so batching reorders them
+        pair["chosen"] += " lamp" * ((5 * i) % 7)
+    chosen, rejected = encode_pairs(generator.tokenizer, pairs, 40, 512)
+    batched = reference_margins(generator.model, chosen, rejected, 3)
+    alone = torch.cat(
+        [
+            reference_margins(generator.model, [c], [r], 1)
+            for c, r in zip(chosen, rejected, strict=True)
+        ]
+    )
+    assert len({len(c) for c, _ in chosen}) > 3
     torch.testing.assert_close(batched, alone, rtol=1e-5, atol=1e-4)
 
 
