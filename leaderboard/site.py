@@ -446,23 +446,48 @@ def _nav(
 
 
 def _best_cells(view: TrackView) -> str:
-    """The track's best ranked method per ε with its 95 % CI (or why none is ranked)."""
+    """The track's best ranked method per ε with its 95 % CI; where none is ranked, why,
+    and the highest method row per ε as it stands (marked unranked, with its seeds)."""
     if view.version is None:
         return "not yet run under the suite"
-    cells = []
+    ranked, leading = [], []
     for split in sorted({r.split for r in view.rows}):
         table = build_table(view.rows, split)
         for eps in table.epsilons:
             method = table.best.get(eps)
             if method is not None:
                 cell = table.cells[method, eps]
-                cells.append(
+                ranked.append(
                     f"ε = {format_epsilon(eps)}: <b>{_text(method)}</b> "
                     f"{_text(format_cell(cell))} ({cell.n} seeds)"
                 )
-    return "<br>".join(cells) or (
-        f"none ranked: no method cell has ≥ {MIN_RANKED_SEEDS} seeds and a clean audit"
-    )
+            elif (top := _leading_unranked(table, eps)) is not None:
+                leading.append(top)
+    if ranked:
+        return "<br>".join(ranked)
+    why = f"none ranked: no method cell has ≥ {MIN_RANKED_SEEDS} seeds and a clean audit"
+    return "<br>".join([why, *(["highest method rows, unranked:"] if leading else []), *leading])
+
+
+def _leading_unranked(table: Table, eps: float) -> str | None:
+    """The highest method row at ``eps`` (none is ranked there), with why it is not."""
+    sign = -1 if lower_is_better(table.metric) else 1
+    rows = [
+        (sign * table.cells[m, eps].mean, m)
+        for m in table.methods
+        if table.roles[m] == "method" and (m, eps) in table.cells
+    ]
+    if not rows:
+        return None
+    method = max(rows)[1]
+    cell = table.cells[method, eps]
+    if (method, eps) in table.flagged:
+        why = "its audit refutes ε"
+    elif method in table.apart:
+        why = "another privacy unit or instrument"
+    else:
+        why = f"{cell.n} of {MIN_RANKED_SEEDS} seeds"
+    return f"ε = {format_epsilon(eps)}: {_text(method)} {_text(format_cell(cell))} ({why})"
 
 
 def _references(view: TrackView) -> str:

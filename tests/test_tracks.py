@@ -179,3 +179,23 @@ def test_a_paper_track_prints_its_rows_descriptions_and_stage_one_effect():
         in text
     )
     assert "stage 1's own effect: eps_inf − control_zero_steps = +0.0500 ± 0.0248" in text
+
+
+def test_a_track_without_a_ranked_cell_shows_its_highest_method_row_as_unranked():
+    """The smoke test runs one seed by design: the index says none is ranked, why, and
+    still shows its highest method row per ε with its seeds; a ranked cell replaces that."""
+    from leaderboard.site import _best_cells
+
+    top1 = "next_token.top1"
+    rows = [
+        summary_row("public_only", 0.0, [0.1], "bound", top1),
+        summary_row("popri", 1.0, [0.17], metric=top1),
+        summary_row("dp_fedavg", 1.0, [0.16], metric=top1),
+    ]
+    view = TrackView(TRACKS[-1], "lb-x", rows, {})
+    cell = _best_cells(view)
+    assert cell.startswith("none ranked") and "ε = 1: popri 0.1700 (1 of 3 seeds)" in cell
+    assert "dp_fedavg" not in cell and "public_only" not in cell
+    rows.append(summary_row("dp_ftrl", 1.0, [0.12, 0.13, 0.14], metric=top1))
+    ranked = _best_cells(TrackView(TRACKS[-1], "lb-x", rows, {}))
+    assert ranked.startswith("ε = 1: <b>dp_ftrl</b>") and "popri" not in ranked
