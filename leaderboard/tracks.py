@@ -20,7 +20,7 @@ from benchmark.split_manifest import unit_statement
 from leaderboard.catalog import SUITES
 from leaderboard.store import MANIFESTS_DIR, VERSION_FILE, Row, labelled, rows_by_version
 from leaderboard.suites import Suite
-from leaderboard.tables import build_table, render_text, summary_of
+from leaderboard.tables import build_table, headline_metrics, render_text, summary_of
 
 
 @dataclass(frozen=True)
@@ -236,7 +236,8 @@ def render_tracks(
         out.append(f"leaderboard {view.version}")
         suite = SUITES[view.track.suite]
         for split in sorted({r.split for r in rows}):
-            table = build_table(rows, split, metric, order=suite.methods)
+            headline, *co_headlines = [metric] if metric else headline_metrics(rows, split)
+            table = build_table(rows, split, headline, order=suite.methods)
             if table.methods:
                 out.append(render_text(table, bold))
                 out += [
@@ -245,4 +246,6 @@ def render_tracks(
                     if m in suite.variants and suite.variants[m].description
                 ]
                 out += [format_contrast(c) for c in contrasts(suite, rows, table.metric)]
+            for co_headline in co_headlines:  # e.g. reward accuracy beside the win rate
+                out.append(render_text(build_table(rows, split, co_headline, suite.methods), bold))
     return "\n".join(out).lstrip("\n")

@@ -199,3 +199,23 @@ def test_a_track_without_a_ranked_cell_shows_its_highest_method_row_as_unranked(
     rows.append(summary_row("dp_ftrl", 1.0, [0.12, 0.13, 0.14], metric=top1))
     ranked = _best_cells(TrackView(TRACKS[-1], "lb-x", rows, {}))
     assert ranked.startswith("ε = 1: <b>dp_ftrl</b>") and "popri" not in ranked
+
+
+def test_the_overview_prints_the_preference_tracks_co_headline_reward_accuracy():
+    """`leaderboard show` with no options prints the win rate table and, beside it, the
+    reward accuracy table (paper 003's co-headline), each with its CI."""
+    rows = []
+    for method, eps, wins, accuracy in (
+        ("base_model", 0.0, [0.23, 0.24, 0.22], [0.5] * 3),
+        ("dp_ft", 1.0, [0.20, 0.21, 0.21], [0.51, 0.49, 0.47]),
+    ):
+        row = summary_row(method, eps, wins, metric="win_rate.win_rate")
+        accuracies = summary_row(method, eps, accuracy, metric="reward_accuracy.accuracy")
+        row.entry["metrics"].update(accuracies.entry["metrics"])
+        row.entry["privacy"] = {"unit": "sample", "unit_statement": "sample = one tuple"}
+        rows.append(row)
+    (track,) = [t for t in TRACKS if t.suite == "prefs"]
+    out = render_tracks([TrackView(track, "lb-x", rows, {})])
+    assert "win rate vs test chosen ↑" in out and "reward accuracy ↑" in out
+    assert out.index("win rate vs test chosen") < out.index("reward accuracy ↑")
+    assert "0.4900 ± 0.0497 (n=3)" in out
