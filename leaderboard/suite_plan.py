@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmark.evaluation.judges import judge_loads
 from benchmark.profiles.base import ModelProfile
 from benchmark.profiles.hub_fetch import HubModel
 from leaderboard.suites import Suite
@@ -117,6 +118,8 @@ def plan_lines(suite: Suite, methods: Sequence[str] | None, splits_root: Path) -
     lines += [f"  {m.label()}: {'missing' if m in absent else 'cached'}" for m in models]
     if not models:
         lines.append("  no hub models (the profile's models ship with the project)")
+    judges = [m["settings"]["judge"] for m in suite.metrics if "judge" in m.get("settings", {})]
+    lines += [f"evaluation judge: {judge_loads(j)}" for j in judges]
     lines.append("runs (hours of the method's rounds; its release and the evaluation: unknown):")
     for run in runs:
         by_id = [m.model_id for m in run.models if not set(m.roles) <= set(run.roles)]

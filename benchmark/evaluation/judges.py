@@ -329,6 +329,29 @@ def judge_generator(spec: dict[str, Any], profile: ModelProfile) -> Generator | 
     return profile.generator()
 
 
+def judge_loads(spec: dict[str, Any]) -> str:
+    """What a judge of ``spec`` loads, in words, and whether its packages are installed (a
+    suite's ``--plan`` lists it beside the runs' models)."""
+    kind = spec.get("type", "loglik")
+    if kind == "embedding_reward":
+        from benchmark.profiles import mpnet
+
+        missing = mpnet.missing_chunks()
+        state = f"missing {', '.join(missing)}" if missing else "installed"
+        return f"{kind}: {mpnet.MODEL_ID} ({state}) + shipped head {spec.get('head_name')}"
+    if kind in GENERATOR_JUDGES and "lm" in spec:
+        from benchmark.profiles import gemma
+
+        missing = gemma.missing_distributions()
+        state = f"missing {', '.join(missing)}" if missing else "installed"
+        return f"{kind}: {spec['lm']} ({state})"
+    if kind in GENERATOR_JUDGES:
+        return f"{kind}: the profile's generator"
+    if kind == "reward_model":
+        return f"{kind}: {spec.get('path')}"
+    return f"{kind}: {spec.get('model')} at {spec.get('url')}"
+
+
 def make_judge(spec: dict[str, Any], generator: Generator | None, seed: int) -> Judge:
     """Build a judge from ``{"type": "loglik" | "pmi" | "reward_model" | "embedding_reward" |
     "llm" | "http", ...}``."""
