@@ -446,8 +446,8 @@ def _nav(
 
 
 def _best_cells(view: TrackView) -> str:
-    """The track's best ranked method per ε with its 95 % CI; where none is ranked, why,
-    and the highest method row per ε as it stands (marked unranked, with its seeds)."""
+    """The track's best ranked method per ε with its 95 % CI; when no ε has a ranked cell,
+    why, and the highest method row per ε as it stands (marked unranked, with its seeds)."""
     if view.version is None:
         return "not yet run under the suite"
     ranked, leading = [], []

@@ -118,7 +118,7 @@ def plan_lines(suite: Suite, methods: Sequence[str] | None, splits_root: Path) -
     lines += [f"  {m.label()}: {'missing' if m in absent else 'cached'}" for m in models]
     if not models:
         lines.append("  no hub models (the profile's models ship with the project)")
-    judges = [m["settings"]["judge"] for m in suite.metrics if "judge" in m.get("settings", {})]
+    judges = [m["settings"]["judge"] for m in suite.metrics if m.get("settings", {}).get("judge")]
     lines += [f"evaluation judge: {judge_loads(j)}" for j in judges]
     lines.append("runs (hours of the method's rounds; its release and the evaluation: unknown):")
     for run in runs:

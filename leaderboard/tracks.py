@@ -223,8 +223,9 @@ def render_tracks(
     epsilon: float | None = None,
     bold: tuple[str, str] = ("*", "*"),
 ) -> str:
-    """Every track's headline table under its one-line description (``leaderboard show``
-    with no version or split); a track not yet run says so."""
+    """Every track's headline table, and its co-headline tables (the preference track's
+    reward accuracy), under its one-line description (``leaderboard show`` with no version
+    or split); a track not yet run says so."""
     out = []
     for view in views:
         out += ["", f"== {view.description()}"]
@@ -247,5 +248,7 @@ def render_tracks(
                 ]
                 out += [format_contrast(c) for c in contrasts(suite, rows, table.metric)]
             for co_headline in co_headlines:  # e.g. reward accuracy beside the win rate
-                out.append(render_text(build_table(rows, split, co_headline, suite.methods), bold))
+                co_table = build_table(rows, split, co_headline, order=suite.methods)
+                if co_table.methods:
+                    out.append(render_text(co_table, bold))
     return "\n".join(out).lstrip("\n")

@@ -44,13 +44,13 @@ from benchmark.evaluation.judges import ScoreJudge
 
 GATE = 0.70
 NULL_PROMPT = "\n\nHuman: "
-JUDGES: dict[str, dict[str, Any]] = {
+JUDGES: dict[str, dict[str, Any] | None] = {
     "gemma-pmi": {"type": "pmi", "null_prompt": NULL_PROMPT, "lm": "gemma-3-270m"},
     "gemma-loglik": {"type": "loglik", "lm": "gemma-3-270m"},
     "smollm2-pmi": {"type": "pmi", "null_prompt": NULL_PROMPT},
     "smollm2-loglik": {"type": "loglik"},
     "smollm2-llm-hh": {"type": "llm", "template": "hh"},
-    "mpnet-reward": {},  # the prefs suite's own judge: see prefs_judge
+    "mpnet-reward": None,  # the prefs suite's own judge: see prefs_judge
 }
 
 
@@ -136,7 +136,8 @@ def main() -> None:
         "judges": {},
     }
     for name in args.judges:
-        spec = JUDGES[name] or prefs_judge()
+        spec = JUDGES[name]
+        spec = prefs_judge() if spec is None else spec
         start = time.perf_counter()
         judge = make_judge(spec, judge_generator(spec, profile), seed=0)
         verdicts = human_side_verdicts(judge, prompts, chosen, [rejected, answers])

