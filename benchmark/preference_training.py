@@ -22,7 +22,7 @@ a paper batch in GPU memory without changing the loss.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,10 +146,13 @@ def _train(
     loss_of: Callable[[list[int], list[int]], torch.Tensor],
     micro_batch_size: int = 0,
     gradient_checkpointing: bool = False,
+    lengths: Sequence[int] = (),
 ) -> None:
     """AdamW with a cosine schedule over ``batches``. ``loss_of(part, batch)`` is part's
     share of the batch's loss: the shares of a batch's parts (of ``micro_batch_size``, or
-    the whole batch) sum to its loss, so their accumulated gradients are its gradient."""
+    the whole batch) sum to its loss, so their accumulated gradients are its gradient. With
+    ``lengths`` (per example, in tokens) a batch is cut into parts in order of length, so a
+    part pads to its own longest example, not the batch's: the same gradient, less padding."""
     params = [p for p in model.parameters() if p.requires_grad]
     optimiser = torch.optim.AdamW(params, lr=lr)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=max(len(batches), 1))
@@ -159,9 +162,10 @@ def _train(
             for batch in batches:
                 optimiser.zero_grad(set_to_none=True)
                 step = micro_batch_size if micro_batch_size > 0 else len(batch)
-                for start in range(0, len(batch), step):
+                order = sorted(batch, key=lengths.__getitem__) if lengths else batch
+                for start in range(0, len(order), step):
                     with training_autocast(model):
-                        loss = loss_of(batch[start : start + step], batch)
+                        loss = loss_of(order[start : start + step], batch)
                     loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
                 optimiser.step()
@@ -195,7 +199,7 @@ def train_completions(
     batches = _batches(len(seqs), config.batch_size, config.epochs, seed)
     _train(
         model, batches, config.lr, config.max_grad_norm, loss_of,
-        config.micro_batch_size, config.gradient_checkpointing,
+        config.micro_batch_size, config.gradient_checkpointing, [len(ids) for ids, _ in seqs],
     )  # fmt: skip
 
 
@@ -271,9 +275,10 @@ def train_dpo(
         return losses.mean() if len(part) == len(batch) else losses.sum() / len(batch)
 
     batches = _batches(len(pairs), config.batch_size, config.dpo_epochs, seed)
+    lengths = [max(len(c), len(r)) for (c, _), (r, _) in zip(chosen, rejected, strict=True)]
     _train(
         model, batches, config.dpo_lr, config.max_grad_norm, loss_of,
-        config.micro_batch_size, config.gradient_checkpointing,
+        config.micro_batch_size, config.gradient_checkpointing, lengths,
     )  # fmt: skip
 
 

@@ -172,6 +172,8 @@ def test_micro_batches_and_checkpointing_compute_the_same_gradient(monkeypatch, 
     gradients."""
     monkeypatch.setattr(torch.optim, "AdamW", lambda params, lr: torch.optim.SGD(params, lr=lr))
     pairs = tuples(8)
+    for i, pair in enumerate(pairs):  # lengths out of order: the parts are cut by length
+        pair["chosen"] += " apple" * ((3 * i) % 5)
     epochs = {"sft": {"dpo_epochs": 0}, "dpo": {"sft_epochs": 0}}[stage]
     base = dict(sft_lr=0.1, dpo_lr=0.1, batch_size=8, max_completion_tokens=8, **epochs)
     whole = align(tiny_llama(), tokenizer(), pairs, AlignmentConfig(**base), seed=0)
@@ -187,6 +189,7 @@ def test_micro_batches_and_checkpointing_compute_the_same_gradient(monkeypatch, 
 def test_the_paper_profile_computes_batches_in_parts_with_checkpointing():
     assert PaperProfile().training_memory() == TrainingMemory(8, True)
     assert get_profile("tiny").training_memory() == TrainingMemory()
+    assert get_profile("cpu").training_memory() == TrainingMemory(4, False)  # length-sorted
 
 
 def test_pe_sft_lora_fine_tune_in_parts_with_checkpointing_on_a_bf16_generator():

@@ -32,7 +32,7 @@ from functools import cache, cached_property
 from typing import Any
 
 from benchmark.profiles import gemma, smollm2
-from benchmark.profiles.base import ModelProfile
+from benchmark.profiles.base import ModelProfile, TrainingMemory
 from benchmark.profiles.embedders import SentenceTransformerEmbedder
 from benchmark.profiles.fillers import CausalSpanFiller
 from benchmark.profiles.hf_generator import HFGenerator, sampling_precision
@@ -145,6 +145,12 @@ class CpuProfile(ModelProfile):
         return _hf_generator(SMOLLM2)
 
     _split_public: list[str] | None = None  # bind_public's texts
+
+    def training_memory(self) -> TrainingMemory:
+        """Batches in length-sorted parts of 4: the same gradient, with less of the CPU's
+        time spent on padding (chitchat's replies vary ~2× in length within a batch;
+        docs/papers/paper003.md gives the measured time)."""
+        return TrainingMemory(micro_batch_size=4)
 
     def bind_public(self, texts: Sequence[str]) -> None:
         """The split's public texts: a writer with a public vocabulary samples their ids
