@@ -1,6 +1,7 @@
 """DPPrefSyn (paper 003): its releases, their accounting, and the synthesis they drive."""
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -189,6 +190,24 @@ def test_the_harness_builds_the_candidates_that_finish_reads(tmp_path, monkeypat
     monkeypatch.setattr(ctx.profile, "generator", RefusingGenerator)
     artifact = finish(method, ctx, run_rounds(method, ctx))
     assert artifact.pairs and all(p["chosen"].startswith("reply ") for p in artifact.pairs)
+
+
+def test_a_method_process_may_read_the_candidates_the_harness_builds_after_its_launch(
+    tmp_path, monkeypatch
+):
+    """The cache holds a denied directory (the builders' sources), so a sandbox grants its
+    entries as they are at launch: on a fresh cache the candidate sets, built after the
+    launch, were out of the method process's reach and it generated them all again."""
+    from benchmark.isolation.coordinator import policy_for
+    from benchmark.isolation.sandbox import beneath
+    from benchmark.profiles.candidate_corpus import candidates_dir
+
+    monkeypatch.setenv("FEDSYNTH_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "cache" / "sources").mkdir(parents=True)
+    policy = policy_for([tmp_path / "code"], [tmp_path / "scratch"])
+    readable = [os.path.realpath(p) for p in policy.read_only]
+    assert any(beneath(os.path.realpath(candidates_dir()), r) for r in readable)
+    assert not any(beneath(os.path.realpath(tmp_path / "cache" / "sources"), r) for r in readable)
 
 
 @pytest.mark.parametrize(

@@ -94,8 +94,12 @@ def policy_for(
     read the driver's state and CUDA's libraries (:func:`~.sandbox.gpu_access`). A process
     that runs ``client_code`` gets its scratch as a tmpfs of its own (``private_scratch``)."""
     from benchmark.profiles.cache import cache_dir
+    from benchmark.profiles.candidate_corpus import candidates_dir
 
-    cache_dir().mkdir(parents=True, exist_ok=True)  # a rule needs the directory to exist
+    # A rule needs its directory to exist, and the cache holds a denied one (``sources``),
+    # so the policy grants the cache's entries as they are now: the candidate sets the
+    # harness builds for the method during the run need their directory here already.
+    candidates_dir().mkdir(parents=True, exist_ok=True)
     hub = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
     gpu_read, gpu_write = gpu_access() if gpu else ((), ())
     extra = tuple(readable or ())

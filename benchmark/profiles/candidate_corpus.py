@@ -51,6 +51,12 @@ def cut_at_stop(text: str, stop: list[str]) -> str:
     return text[:end].strip()
 
 
+def candidates_dir() -> Path:
+    """Where the candidate sets are cached. The harness fills it during a run for a method
+    process whose sandbox was drawn at launch, so the coordinator creates it before then."""
+    return cache_dir() / "candidates"
+
+
 def candidates(
     generator: Generator,
     prompts: list[str],
@@ -61,7 +67,7 @@ def candidates(
     """``count`` responses per prompt: from the cache, else sampled (and cached where this
     process may write)."""
     key = candidate_key(generator, prompts, count, params, stop)
-    path = cache_dir() / "candidates" / f"{key}.json"
+    path = candidates_dir() / f"{key}.json"
     cached = _read(path, key, len(prompts), count)
     if cached is not None:
         return cached
