@@ -227,6 +227,13 @@ def dpo_margins(
     return completion_logprobs(model, chosen) - completion_logprobs(model, rejected) - reference
 
 
+def pair_lengths(
+    chosen: list[tuple[list[int], int]], rejected: list[tuple[list[int], int]]
+) -> list[int]:
+    """Each pair's longer sequence, in tokens: what a batch of pairs pads to."""
+    return [max(len(c), len(r)) for (c, _), (r, _) in zip(chosen, rejected, strict=True)]
+
+
 @torch.no_grad()
 def reference_margins(
     model: Any,
@@ -239,7 +246,7 @@ def reference_margins(
 
     Pairs are batched in order of length (and returned in their own order): right padding
     to a batch's longest sequence was 60 % on top of the chitchat tuples' tokens."""
-    order = sorted(range(len(chosen)), key=lambda i: max(len(chosen[i][0]), len(rejected[i][0])))
+    order = sorted(range(len(chosen)), key=pair_lengths(chosen, rejected).__getitem__)
     out = torch.zeros(len(chosen))
     for start in range(0, len(order), batch_size):
         part = order[start : start + batch_size]
@@ -275,10 +282,9 @@ def train_dpo(
         return losses.mean() if len(part) == len(batch) else losses.sum() / len(batch)
 
     batches = _batches(len(pairs), config.batch_size, config.dpo_epochs, seed)
-    lengths = [max(len(c), len(r)) for (c, _), (r, _) in zip(chosen, rejected, strict=True)]
     _train(
         model, batches, config.dpo_lr, config.max_grad_norm, loss_of,
-        config.micro_batch_size, config.gradient_checkpointing, lengths,
+        config.micro_batch_size, config.gradient_checkpointing, pair_lengths(chosen, rejected),
     )  # fmt: skip
 
 

@@ -471,15 +471,9 @@ def _best_cells(view: TrackView) -> str:
 
 def _leading_unranked(table: Table, eps: float) -> str | None:
     """The highest method row at ``eps`` (none is ranked there), with why it is not."""
-    sign = -1 if lower_is_better(table.metric) else 1
-    rows = [
-        (sign * table.cells[m, eps].mean, m)
-        for m in table.methods
-        if table.roles[m] == "method" and (m, eps) in table.cells
-    ]
-    if not rows:
+    method = table.highest(eps, lambda m, _: table.roles[m] == "method")
+    if method is None:
         return None
-    method = max(rows)[1]
     cell = table.cells[method, eps]
     if (method, eps) in table.flagged:
         why = "its audit refutes ε"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -138,6 +138,17 @@ class Table:
             and key not in self.few_seeds
             and key not in self.flagged
         )
+
+    def highest(self, eps: float, counts: Callable[[str, float], bool]) -> str | None:
+        """The method with the best mean at ``eps`` (by the metric's direction) among the
+        rows ``counts`` admits, or None."""
+        sign = -1 if lower_is_better(self.metric) else 1
+        contenders = [
+            (sign * self.cells[m, eps].mean, m)
+            for m in self.methods
+            if (m, eps) in self.cells and counts(m, eps)
+        ]
+        return max(contenders)[1] if contenders else None
 
     def to_json(self) -> dict:
         fmt = format_epsilon
@@ -290,20 +301,15 @@ def build_table(
         for key, cell in cells.items()
         if roles[key[0]] == "method" and cell.n < MIN_RANKED_SEEDS
     }
-    sign = -1 if lower_is_better(metric) else 1
     names = {r.method: r.entry["method"]["name"] for r in rows}
     table = Table(
         split, metric, epsilons, methods, roles, cells, gap, {}, flagged, few_seeds,
         compare(placed, metric, roles), names, unranked,
     )  # fmt: skip
     for eps in epsilons:
-        contenders = [
-            (sign * cells[m, eps].mean, m)
-            for m in methods
-            if (m, eps) in cells and table.ranked(m, eps)
-        ]
-        if contenders:
-            table.best[eps] = max(contenders)[1]
+        best = table.highest(eps, table.ranked)
+        if best is not None:
+            table.best[eps] = best
     return table
 
 
