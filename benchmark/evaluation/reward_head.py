@@ -57,12 +57,12 @@ class RewardHead:
 
         width = self.layers["w1" if self.hidden else "w2"].shape[0]
         net = _network(width, self.hidden)
-        with torch.no_grad():
-            if self.hidden:
-                net[0].weight.copy_(torch.from_numpy(self.layers["w1"].T))
-                net[0].bias.copy_(torch.from_numpy(self.layers["b1"]))
-            net[-1].weight.copy_(torch.from_numpy(self.layers["w2"][None, :]))
-            net[-1].bias.copy_(torch.from_numpy(self.layers["b2"]))
+        shapes = {key: value.shape for key, value in net.state_dict().items()}
+        state = {
+            key: torch.from_numpy(np.ascontiguousarray(self.layers[name].T)).reshape(shapes[key])
+            for name, key in _torch_keys(self.hidden).items()
+        }
+        net.load_state_dict(state)
         return net
 
     def to_bytes(self) -> bytes:
@@ -137,10 +137,21 @@ def train_head(
     return best[2], best[0], best[1]
 
 
-def _head_of(net: Any, hidden: int) -> RewardHead:
-    state = {k: v.detach().numpy().copy() for k, v in net.state_dict().items()}
+def _torch_keys(hidden: int) -> dict[str, str]:
+    """Each layer of the head's file and the key of its tensor in :func:`_network`'s state.
+
+    The file keeps a weight as (inputs, outputs), the single output's column as a vector;
+    torch keeps it as (outputs, inputs). Both directions read this one table.
+    """
     last = "2" if hidden else "0"
-    layers = {"w2": state[f"{last}.weight"][0], "b2": state[f"{last}.bias"]}
-    if hidden:
-        layers |= {"w1": state["0.weight"].T.copy(), "b1": state["0.bias"]}
+    keys = {"w2": f"{last}.weight", "b2": f"{last}.bias"}
+    return keys | ({"w1": "0.weight", "b1": "0.bias"} if hidden else {})
+
+
+def _head_of(net: Any, hidden: int) -> RewardHead:
+    state = net.state_dict()
+    layers = {
+        name: state[key].detach().numpy().T.copy() for name, key in _torch_keys(hidden).items()
+    }
+    layers["w2"] = layers["w2"][:, 0]
     return RewardHead(layers)
