@@ -232,7 +232,8 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
 
 
 def _contrasts(track: Track | None, rows: Sequence[Row], metric: str) -> str:
-    """The track's named paired differences (paper 001's stage 1 effect), if it has them."""
+    """The track's named paired differences (paper 001's stage 1 effect, a preference
+    policy against the base model) under ``metric``'s table, if it has them."""
     if track is None:
         return ""
     found = contrasts(SUITES[track.suite], rows, metric)
@@ -394,10 +395,11 @@ def _page(
         sections.append(
             _split_header(split, manifests.get(split))
             + "".join(
-                _headline_table(split, split_rows, m, links) + _plot(split, split_rows, m)
+                _headline_table(split, split_rows, m, links)
+                + _plot(split, split_rows, m)
+                + _contrasts(track, split_rows, m)
                 for m in shown
             )
-            + _contrasts(track, split_rows, shown[0])
             + _audit_table(split, split_rows)
         )
     lead = (

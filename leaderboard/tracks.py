@@ -20,7 +20,13 @@ from benchmark.split_manifest import unit_statement
 from leaderboard.catalog import SUITES
 from leaderboard.store import MANIFESTS_DIR, VERSION_FILE, Row, labelled, rows_by_version
 from leaderboard.suites import Suite
-from leaderboard.tables import build_table, headline_metrics, render_text, summary_of
+from leaderboard.tables import (
+    build_table,
+    format_epsilon,
+    headline_metrics,
+    render_text,
+    summary_of,
+)
 
 
 @dataclass(frozen=True)
@@ -169,27 +175,38 @@ class Contrast:
     name: str
     minuend: str
     subtrahend: str
+    epsilon: float  # the minuend's budget
     difference: float
     ci_half: float | None  # 95 % t over the seeds both rows have (None: one seed)
     seeds: int
 
 
 def contrasts(suite: Suite, rows: Sequence[Row], metric: str) -> list[Contrast]:
-    """The suite's named differences of two rows (e.g. paper 001's stage 1 effect), paired
-    by seed: the same split, seed and test texts for both rows, so the interval counts the
-    variance of the difference over seeds; test sampling is shared, not resampled."""
-    by_row = {r.method: r.entry for r in rows}
+    """The suite's named differences of two rows (paper 001's stage 1 effect, a preference
+    policy against the base model), one per budget of the minuend, paired by seed: the same
+    split, seed and test texts for both rows, so the interval counts the variance of the
+    difference over seeds; test sampling is shared, not resampled. The subtrahend is its
+    row at the minuend's budget, or its only row (a reference such as the ε = 0 base
+    model)."""
+    by_method: dict[str, dict[float, dict[str, Any]]] = {}
+    for r in rows:
+        by_method.setdefault(r.method, {})[r.epsilon_budget] = r.entry
     found = []
     for name, (minuend, subtrahend) in suite.contrasts.items():
-        if minuend not in by_row or subtrahend not in by_row:
-            continue
-        a, b = (_per_seed(by_row[m], metric) for m in (minuend, subtrahend))
-        shared = sorted(set(a) & set(b))
-        if not shared:
-            continue
-        paired = summarize([a[s] - b[s] for s in shared])
-        half = None if paired.ci_high is None else (paired.ci_high - paired.ci_low) / 2
-        found.append(Contrast(name, minuend, subtrahend, paired.mean, half, paired.n))
+        references = by_method.get(subtrahend, {})
+        for eps, entry in sorted(by_method.get(minuend, {}).items()):
+            reference = references.get(eps) or (
+                next(iter(references.values())) if len(references) == 1 else None
+            )
+            if reference is None:
+                continue
+            a, b = _per_seed(entry, metric), _per_seed(reference, metric)
+            shared = sorted(set(a) & set(b))
+            if not shared:
+                continue
+            paired = summarize([a[s] - b[s] for s in shared])
+            half = None if paired.ci_high is None else (paired.ci_high - paired.ci_low) / 2
+            found.append(Contrast(name, minuend, subtrahend, eps, paired.mean, half, paired.n))
     return found
 
 
@@ -200,9 +217,10 @@ def _per_seed(entry: dict[str, Any], metric: str) -> dict[int, float]:
 
 def format_contrast(c: Contrast) -> str:
     ci = f" ± {c.ci_half:.4f}" if c.ci_half is not None else " (one seed: no CI)"
+    difference = round(c.difference, 4) + 0.0  # no "-0.0000" for a float's rounding error
     return (
-        f"{c.name}: {c.minuend} − {c.subtrahend} = {c.difference:+.4f}{ci} "
-        f"(paired by seed, 95% t over {c.seeds} seeds)"
+        f"{c.name} at ε={format_epsilon(c.epsilon)}: {c.minuend} − {c.subtrahend} = "
+        f"{difference:+.4f}{ci} (paired by seed, 95% t over {c.seeds} seeds)"
     )
 
 
@@ -251,4 +269,5 @@ def render_tracks(
                 co_table = build_table(rows, split, co_headline, order=suite.methods)
                 if co_table.methods:
                     out.append(render_text(co_table, bold))
+                    out += [format_contrast(c) for c in contrasts(suite, rows, co_headline)]
     return "\n".join(out).lstrip("\n")

@@ -162,6 +162,32 @@ def test_stage_one_effect_is_a_difference_paired_by_seed():
     assert one.seeds == 1 and one.ci_half is None
 
 
+def test_preference_policies_are_paired_by_seed_with_the_base_model_at_each_budget():
+    """The base model (one row, ε = 0) is every policy's reference; two policies are
+    compared only at a budget both have."""
+    metric = "reward_accuracy.accuracy"
+    rows = [
+        summary_row("base_model", 0.0, [0.50, 0.50, 0.50], "bound", metric),
+        summary_row("dp_ft", 1.0, [0.48, 0.50, 0.49], "method", metric),
+        summary_row("dp_ft", 4.0, [0.47, 0.42, 0.50], "method", metric),
+        summary_row("dpprefsyn", 1.0, [0.57, 0.54, 0.58], "method", metric),
+    ]
+    for row in rows:
+        row.entry["spec"] = {"seeds": [0, 1, 2]}
+    found = {
+        (c.minuend, c.subtrahend, c.epsilon): c for c in contrasts(SUITES["prefs"], rows, metric)
+    }
+    assert set(found) == {
+        ("dp_ft", "base_model", 1.0),
+        ("dp_ft", "base_model", 4.0),
+        ("dpprefsyn", "base_model", 1.0),
+        ("dpprefsyn", "dp_ft", 1.0),
+    }
+    assert found["dp_ft", "base_model", 4.0].difference == pytest.approx(-0.11 / 3)
+    # (0.09 + 0.04 + 0.09) / 3 against the ε = 1 DP-FT row, not the ε = 4 one
+    assert found["dpprefsyn", "dp_ft", 1.0].difference == pytest.approx(0.22 / 3)
+
+
 def test_a_paper_track_prints_its_rows_descriptions_and_stage_one_effect():
     metric = "classification.accuracy"
     rows = [
@@ -178,7 +204,7 @@ def test_a_paper_track_prints_its_rows_descriptions_and_stage_one_effect():
         f"control_zero_steps: {SUITES['paper001'].variants['control_zero_steps'].description}"
         in text
     )
-    assert "stage 1's own effect: eps_inf − control_zero_steps = +0.0500 ± 0.0248" in text
+    assert "stage 1's own effect at ε=inf: eps_inf − control_zero_steps = +0.0500 ± 0.0248" in text
 
 
 def test_a_track_without_a_ranked_cell_shows_its_highest_method_row_as_unranked():
@@ -218,9 +244,14 @@ def test_the_overview_prints_the_preference_tracks_co_headline_reward_accuracy()
         accuracies = summary_row(method, eps, accuracy, metric="reward_accuracy.accuracy")
         row.entry["metrics"].update(accuracies.entry["metrics"])
         row.entry["privacy"] = {"unit": "sample", "unit_statement": "sample = one tuple"}
+        row.entry["spec"] = {"seeds": [0, 1, 2]}
         rows.append(row)
     (track,) = [t for t in TRACKS if t.suite == "prefs"]
     out = render_tracks([TrackView(track, "lb-x", rows, {})])
     assert "win rate vs test chosen ↑" in out and "reward accuracy ↑" in out
     assert out.index("win rate vs test chosen") < out.index("reward accuracy ↑")
     assert "0.4900 ± 0.0497 (n=3)" in out
+    # each table is followed by its own paired difference with the base model
+    against_base = "DP-FT against the base model at ε=1: dp_ft − base_model = "
+    wins, accuracies = (out.index(against_base + d) for d in ("-0.0233", "-0.0100"))
+    assert out.index("win rate vs test chosen") < wins < out.index("reward accuracy ↑") < accuracies
