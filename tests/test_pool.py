@@ -7,8 +7,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from benchmark.federation import pool as pool_module
 from benchmark.federation.clients import ClientData
-from benchmark.federation.pool import ClientPool
+from benchmark.federation.pool import ClientPool, clipped_row_sum
 from benchmark.federation.tree import covering_nodes
 from benchmark.privacy.errors import PrivacyError
 from benchmark.privacy.ledger import (
@@ -70,8 +71,9 @@ def test_noise_and_clipping_cannot_be_skipped():
     pool = make_pool()
     with pytest.raises(PrivacyError, match="only allowed in a non-private run"):
         pool.aggregate(count_chars, dim=2, clip_norm=1.0, noise_multiplier=0.0, label="x")
-    with pytest.raises(PrivacyError, match="finite clip_norm"):
-        pool.aggregate(count_chars, dim=2, clip_norm=float("inf"), noise_multiplier=1.0, label="x")
+    for unbounded in (float("inf"), 1e38):  # 1e38: a sum of a few such rows overflows float32
+        with pytest.raises(PrivacyError, match="clip_norm in"):
+            pool.aggregate(count_chars, dim=2, clip_norm=unbounded, noise_multiplier=1.0, label="x")
     with pytest.raises(PrivacyError, match="must return numbers"):
         pool.aggregate(
             lambda c, p: np.array(c.texts), dim=2, clip_norm=1.0, noise_multiplier=1.0, label="x"
@@ -79,6 +81,21 @@ def test_noise_and_clipping_cannot_be_skipped():
     with pytest.raises(PrivacyError, match="centralized access"):
         pool.centralized(lambda cs: None, label="x")
     assert pool.ledger.releases == []
+
+
+def test_rows_are_clipped_and_summed_in_float64_whatever_type_the_client_side_sent(monkeypatch):
+    """In float16 the sum of 1,001 rows of 65.5 overflows to inf, and 3,000 and 3,001 unit
+    rows sum alike: whether a sum is finite, or a client counts at all, would depend on
+    the data, whatever the noise."""
+    big = np.full((1001, 1), 65.5, np.float16)
+    assert clipped_row_sum(big, 100.0).tolist() == [65565.5]
+    for n in (3000, 3001):
+        assert clipped_row_sum(np.ones((n, 1), np.float16), 1.0).tolist() == [float(n)]
+    rows = np.random.default_rng(0).normal(size=(7, 3)).astype(np.float32)
+    whole = clipped_row_sum(rows, 0.5)
+    monkeypatch.setattr(pool_module, "_SUM_STEP", 6)  # two rows of 3 per step
+    np.testing.assert_allclose(clipped_row_sum(rows, 0.5), whole, rtol=1e-15)
+    assert whole.dtype == np.float64
 
 
 def test_aggregate_clips_each_client_and_adds_declared_noise():

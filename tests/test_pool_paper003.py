@@ -58,6 +58,8 @@ def test_laplace_release_is_charged_its_pure_epsilon():
     assert epsilon_from_ledger(pool.ledger.releases, 1e-5, "prv") == pytest.approx(0.5)
     with pytest.raises(PrivacyError, match="only allowed in a non-private run"):
         pool.laplace_aggregate(own_vector, dim=2000, l1_bound=2.0, epsilon=math.inf, label="s")
+    with pytest.raises(PrivacyError, match="bound in"):  # a sum that could overflow
+        pool.laplace_aggregate(own_vector, dim=2000, l1_bound=1e300, epsilon=0.5, label="s")
 
 
 def test_bingham_sampler_draws_its_density():

@@ -8,6 +8,10 @@ from benchmark.privacy.errors import PrivacyError
 from benchmark.privacy.ledger import LAPLACE, NONPRIVATE, SUBSAMPLED_GAUSSIAN, Release
 
 CLIENT_SAMPLE = "client_sample"  # the privacy unit whose releases are per client, by group
+# The largest clip norm or L1 bound a private release may declare: a sum of up to 1e8
+# clipped rows then stays finite even in float32 (3.4e38), so whether it overflows cannot
+# depend on the data (an overflow to inf is a bit no noise hides).
+MAX_BOUND = 1e30
 
 
 def exact_allowed(allow_nonprivate: bool, what: str) -> bool:
@@ -23,8 +27,10 @@ def check_gaussian(clip_norm: float, noise_multiplier: float, allow_nonprivate: 
         raise PrivacyError(f"noise_multiplier must be >= 0, got {noise_multiplier}")
     if noise_multiplier == 0:
         return exact_allowed(allow_nonprivate, "a release without noise (noise_multiplier=0)")
-    if not (math.isfinite(clip_norm) and clip_norm > 0):
-        raise PrivacyError(f"a private release needs a finite clip_norm > 0, got {clip_norm}")
+    if not (math.isfinite(clip_norm) and 0 < clip_norm <= MAX_BOUND):
+        raise PrivacyError(
+            f"a private release needs a clip_norm in (0, {MAX_BOUND:g}], got {clip_norm}"
+        )
     return False
 
 
@@ -34,8 +40,10 @@ def check_pure(epsilon: float, sensitivity: float, allow_nonprivate: bool) -> bo
         raise PrivacyError(f"epsilon must be > 0, got {epsilon}")
     if math.isinf(epsilon):
         return exact_allowed(allow_nonprivate, "an exact release (epsilon=inf)")
-    if not (math.isfinite(sensitivity) and sensitivity > 0):
-        raise PrivacyError(f"a private release needs a finite bound > 0, got {sensitivity}")
+    if not (math.isfinite(sensitivity) and 0 < sensitivity <= MAX_BOUND):
+        raise PrivacyError(
+            f"a private release needs a bound in (0, {MAX_BOUND:g}], got {sensitivity}"
+        )
     return False
 
 
