@@ -463,23 +463,31 @@ def _drive(
         method.setup()
 
     began, served = time.perf_counter(), method.pool_seconds()
-    memo_seconds = 0.0  # spent in the clients' memos for the checkpoints
+    memo_seconds = 0.0  # spent fetching and writing the clients' memos for the checkpoints
 
     def own_seconds() -> float:
         """The method's own time: wall time less the time spent serving its pool calls and
-        saving the clients' memos (client code decides how long those take, so they are
-        not published)."""
+        fetching and writing the checkpoints, which hold the clients' memos (client code
+        decides how long those take, so they are not published)."""
         clients = method.pool_seconds() - served + memo_seconds
         return max(elapsed + time.perf_counter() - began - clients, 0.0)
+
+    def checkpointing(step: Callable[[], Any]) -> Any:
+        """Run a checkpoint step outside a pool call's slot, its time counted as the
+        memos' (a save inside a slot is already the slot's, served time)."""
+        nonlocal memo_seconds
+        asked = time.perf_counter()
+        try:
+            return step()
+        finally:
+            memo_seconds += time.perf_counter() - asked
 
     rounds = range(start, method.num_rounds())
     for r in progress(rounds, f"{spec.method.name} rounds", total=len(rounds), unit="round"):
         state = method.round(r)
         check_budget(ledger, spec)
         _check_replayed(pool)
-        asked = time.perf_counter()
-        pool_state = pool.state_dict()
-        memo_seconds += time.perf_counter() - asked
+        pool_state = checkpointing(pool.state_dict)  # fetches the clients' memos
         payload = {
             "run_key": resolved.run_key,
             "next_round": r + 1,
@@ -493,13 +501,14 @@ def _drive(
             _save_checkpoint(run_dir, payload, r)
             pool.prune_release_log()
 
-        method.at_checkpoint(save)
+        checkpointing(lambda: method.at_checkpoint(save))  # now, or in a later slot
         if stop_after_round is not None and r + 1 >= stop_after_round:
             method.flush_checkpoint()
             raise RunInterrupted(f"stopped after round {r + 1} (checkpoint in {run_dir})")
 
     artifact = checked_artifact(method.finish(), spec.method.name)
-    method.flush_checkpoint()  # the method process has answered: its clock tells nothing
+    # the method process has answered, so its clock tells nothing; the record's would
+    checkpointing(method.flush_checkpoint)
     _check_replayed(pool)
     epsilon = check_budget(ledger, spec)
     artifact.save(run_dir / ARTIFACT)

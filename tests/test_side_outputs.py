@@ -11,6 +11,7 @@ unbounded memory or time are refused before any work.
 
 import contextlib
 import json
+import time
 import traceback
 
 import adversaries  # noqa: F401  (registers the adversarial adapters)
@@ -140,6 +141,31 @@ def test_the_time_client_code_takes_to_save_its_memos_is_not_the_methods_own(tmp
     fast, slow = (go(tmp_path / x, "adv_slow_memos_by_letter", x) for x in "vw")
     assert visible(fast) == visible(slow)
     assert slow.record["wall_seconds"] < 4.0
+
+
+@pytest.mark.parametrize("scheduled", [True, False])
+def test_the_time_a_checkpoint_takes_to_write_is_not_the_methods_own(
+    tmp_path, monkeypatch, scheduled
+):
+    """A checkpoint holds the clients' memos, whose size client code chooses, so writing it
+    can take as long as client code likes (here 2 s). Unscheduled, the round's checkpoint
+    is written at once; on the schedule, the last one after the method has answered,
+    outside any slot. Either way the record's method time leaves it out."""
+    from benchmark import runner
+
+    write = runner._save_checkpoint
+
+    def slow_write(*args):
+        time.sleep(2.0)
+        write(*args)
+
+    monkeypatch.setattr(runner, "_save_checkpoint", slow_write)
+    data = spec("adv_slow_memos_by_letter").to_dict()
+    if scheduled:
+        data["privacy"]["call_seconds"] = 12.0  # room for the first call and a write in it
+    result = run(spec_from_dict(data), runs_root=tmp_path, profile=StubProfile(),
+                 split=split_with("v"), isolated=True)  # fmt: skip
+    assert result.record["wall_seconds"] < 1.5
 
 
 def test_on_a_schedule_a_rounds_memos_are_saved_within_its_calls_slot(tmp_path, monkeypatch):
