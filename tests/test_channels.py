@@ -505,13 +505,16 @@ def chitchat_file():
 @needs_landlock
 def test_the_splits_corpus_and_the_raw_source_caches_are_unreadable(tmp_path, monkeypatch):
     """Server code and a client function each try the chitchat corpus (the split's
-    source), a raw source cache and the hub's access token: refused; a sibling package,
-    the rest of the cache and a hub model read (the client function raises if any denied
-    read goes through)."""
+    source), a raw source cache, the evaluator's margins on private tuples (an earlier
+    run's) and the hub's access token: refused; a sibling package, the rest of the cache
+    and a hub model read (the client function raises if any denied read goes through)."""
     cache = tmp_path / "cache"
     raw = cache / "sources" / "chitchat" / "records-x.jsonl"
     raw.parent.mkdir(parents=True)
     raw.write_text("raw source records")
+    margins = cache / "generator_margins" / "0123.npy"
+    margins.parent.mkdir()
+    margins.write_text("margins of private tuples")
     allowed = cache / "public_start" / "x.pt"  # a cache entry the sandbox may read
     allowed.parent.mkdir()
     allowed.write_text("public")
@@ -522,7 +525,7 @@ def test_the_splits_corpus_and_the_raw_source_caches_are_unreadable(tmp_path, mo
     model.write_text("{}")
     monkeypatch.setenv("FEDSYNTH_CACHE", str(cache))
     monkeypatch.setenv("HF_HOME", str(hub))
-    denied = [str(chitchat_file()), str(raw), str(hub / "token")]
+    denied = [str(chitchat_file()), str(raw), str(margins), str(hub / "token")]
     allowed = [np.__file__, str(allowed), str(model)]
     params = {"denied": denied, "allowed": allowed}
     result = go(tmp_path / "runs", spec("adv_read_corpus", params), corpus_split())

@@ -31,7 +31,7 @@ from benchmark.evaluation.base import EvalContext, Metric, MetricNotApplicable
 from benchmark.evaluation.mia import attack_auc
 from benchmark.evaluation.sampling import shuffled_subset
 from benchmark.preference_training import encode_pairs, reference_margins
-from benchmark.profiles.cache import cache_dir, save_array
+from benchmark.profiles.cache import GENERATOR_MARGINS, cache_dir, save_array
 from benchmark.profiles.hf_generator import context_length
 from benchmark.profiles.packaged import distribution_version
 
@@ -74,7 +74,9 @@ def generator_margins(
 
     The same for every release evaluated on these tuples, so it is cached on disk (keyed
     by the policy, the tuples, the cut and the library versions) and computed once per
-    suite rather than once per run. Only the trusted evaluator writes the cache."""
+    suite rather than once per run. Only the trusted evaluator writes or reads it: the
+    margins are statistics of private tuples, so no untrusted process may read them
+    (:data:`~benchmark.profiles.cache.PRIVATE_ENTRIES`)."""
     generator = ctx.profile.preference_policy()
     payload = {
         "format": 1,
@@ -84,7 +86,7 @@ def generator_margins(
         "libraries": {d: distribution_version(d) for d in ("torch", "transformers")},
     }
     key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
-    path = cache_dir() / "generator_margins" / f"{key}.npy"
+    path = cache_dir() / GENERATOR_MARGINS / f"{key}.npy"  # denied to untrusted processes
     if path.is_file():
         return np.load(path)
     model, tokenizer = generator.model, generator.tokenizer

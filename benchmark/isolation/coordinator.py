@@ -88,15 +88,17 @@ def policy_for(
 ) -> Policy:
     """What an untrusted process may see: the interpreter, the harness's and the method's
     code, the model caches (read-only), and its own ``read_write`` directories; never the
-    builders' raw source caches, the hub's access tokens, nor ``denied`` (a split's corpus,
+    cache's entries computed from private data (the builders' raw sources, the evaluator's
+    margins on private tuples: :func:`~benchmark.profiles.cache.private_caches`), the hub's
+    access tokens, nor ``denied`` (a split's corpus,
     :mod:`.corpus`). A GPU
     run's process (``gpu``: :func:`runs_on_gpu`) may also open the GPU's device nodes and
     read the driver's state and CUDA's libraries (:func:`~.sandbox.gpu_access`). A process
     that runs ``client_code`` gets its scratch as a tmpfs of its own (``private_scratch``)."""
-    from benchmark.profiles.cache import cache_dir
+    from benchmark.profiles.cache import cache_dir, private_caches
     from benchmark.profiles.candidate_corpus import candidates_dir
 
-    # A rule needs its directory to exist, and the cache holds a denied one (``sources``),
+    # A rule needs its directory to exist, and the cache holds denied ones (``sources``),
     # so the policy grants the cache's entries as they are now: the candidate sets the
     # harness builds for the method during the run need their directory here already.
     candidates_dir().mkdir(parents=True, exist_ok=True)
@@ -104,7 +106,7 @@ def policy_for(
     gpu_read, gpu_write = gpu_access() if gpu else ((), ())
     extra = tuple(readable or ())
     readable_paths = (*interpreter_paths(), *code, cache_dir(), hub, *extra, *gpu_read)
-    denied = (*denied, cache_dir() / "sources", *(hub / name for name in HUB_TOKENS))
+    denied = (*denied, *private_caches(), *(hub / name for name in HUB_TOKENS))
     read_only, list_only = readable_except(readable_paths, denied)
     return Policy(read_only, tuple(read_write), list_only, gpu, gpu_write, client_code)
 

@@ -14,6 +14,12 @@ import numpy as np
 from benchmark.files import atomic_write
 from benchmark.profiles.errors import ModelUnavailableError
 
+# Entries of the cache computed from private data, which no untrusted process may read:
+# the builders' raw source caches, and the evaluator's reference margins on a split's
+# private tuples (its train canaries and test part; benchmark/evaluation/preference_audit.py).
+SOURCES, GENERATOR_MARGINS = "sources", "generator_margins"
+PRIVATE_ENTRIES = (SOURCES, GENERATOR_MARGINS)
+
 
 def cache_dir() -> Path:
     """``$FEDSYNTH_CACHE`` if set, else ``$XDG_CACHE_HOME/fedsynth`` (``~/.cache/fedsynth``).
@@ -67,3 +73,8 @@ def pinned_file(target: Path, sha256: str, build: Callable[[Path], None], damage
     finally:
         tmp.unlink(missing_ok=True)
     return target
+
+
+def private_caches() -> tuple[Path, ...]:
+    """The cache's entries computed from private data (:data:`PRIVATE_ENTRIES`)."""
+    return tuple(cache_dir() / name for name in PRIVATE_ENTRIES)
