@@ -71,6 +71,33 @@ def test_batched_function_that_mixes_rows_is_refused():
     refused_and_unrecorded(make_pool(), mean_of_batch, batched=True)
 
 
+def faint_signs_of_client_zero(batch, payload):
+    """Every row is its own client's, plus a faint copy of client 0's label's sign pattern
+    (±0.9e-5 of the row's norm in each of 100 coordinates): within a per-coordinate
+    tolerance of 1e-5, yet coherent across all rows, so the release's sum carries it
+    n times over (the channel session 35's audit found)."""
+    signs = np.where(np.arange(100) % (2 + batch.clients[0].labels[0]) == 0, 1.0, -1.0)
+    rows = np.ones((len(batch.clients), 100)) * np.array(
+        [[c.labels[0] + 1.0] for c in batch.clients]
+    )
+    return rows + 0.9e-5 * np.linalg.norm(rows, axis=1, keepdims=True) * signs
+
+
+def test_a_faint_copy_of_another_client_in_every_row_is_refused():
+    refused_and_unrecorded(make_pool(), faint_signs_of_client_zero, batched=True, dim=100)
+
+
+def test_rows_match_within_a_share_of_the_whole_row_or_of_the_floor():
+    from benchmark.federation.independence_check import TOLERANCE, rows_match
+
+    want = {"row": np.full((1, 400), 0.5)}  # norm 10
+    near = {"row": want["row"] + 0.99 * TOLERANCE * 10 / 20}  # distance 0.99 x TOLERANCE x 10
+    spread = {"row": want["row"] + 0.99 * TOLERANCE * 10 / 10}  # twice that in L2
+    assert rows_match(want, near) and not rows_match(want, spread)
+    assert rows_match(want, spread, floor=20.0)  # a clip norm of 20 allows twice as much
+    assert not rows_match(want, {"row": want["row"].reshape(2, 200)})
+
+
 def test_memo_rows_computed_from_several_clients_are_refused():
     def mixed_memo(batch, payload):
         return batch.memo_rows("m", lambda cs: np.repeat([[float(len(cs)), 1.0]], len(cs), 0))

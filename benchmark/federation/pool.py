@@ -222,11 +222,17 @@ class ClientPool:
         count = min(self._checks, len(population))
         return frozenset(secrets.SystemRandom().sample(population, count))
 
-    def _recheck(self, kind: str, job: Job, chosen: frozenset[int]) -> IndependenceCheck:
-        """The independence check of one release over the ``chosen`` units."""
+    def _recheck(
+        self, kind: str, job: Job, chosen: frozenset[int], clip_norm: float = math.inf
+    ) -> IndependenceCheck:
+        """The independence check of one release over the ``chosen`` units; a row may differ
+        by a share of its norm or of the release's finite ``clip_norm``, whichever is larger
+        (:func:`~benchmark.federation.independence_check.rows_match`), else of 1."""
+        floor = clip_norm if math.isfinite(clip_norm) else 1.0
         if not chosen:
-            return IndependenceCheck(kind, b"", chosen)
-        return IndependenceCheck(kind, job if isinstance(job, bytes) else snapshot(*job), chosen)
+            return IndependenceCheck(kind, b"", chosen, floor)
+        blob = job if isinstance(job, bytes) else snapshot(*job)
+        return IndependenceCheck(kind, blob, chosen, floor)
 
     # -- the release log ------------------------------------------------------------------
 
@@ -440,7 +446,8 @@ class ClientPool:
     def _checked_sum(self, call: ClientCall, clip_norm: float, checked: bool) -> np.ndarray:
         """:meth:`_clipped_sum` with its own independence check (when ``checked``)."""
         kind = BATCH if call.batched else CLIENT
-        check = self._recheck(kind, call.job, self._choose(call.indices if checked else []))
+        chosen = self._choose(call.indices if checked else [])
+        check = self._recheck(kind, call.job, chosen, clip_norm)
         total, seconds = self._clipped_sum(call, clip_norm, check)
         check.finish(seconds)
         return total

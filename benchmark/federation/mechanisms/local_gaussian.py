@@ -53,7 +53,8 @@ def local_gaussian(
 
     def compute() -> tuple[np.ndarray, float]:
         population = [u for c in clients for u in pool._silos[c]]
-        check = pool._recheck(BATCH, job, pool._choose([] if nonprivate else population))
+        chosen = pool._choose([] if nonprivate else population)
+        check = pool._recheck(BATCH, job, chosen, clip_norm)
         total, seconds = np.zeros(dim), 0.0
         for c in clients:
             call = ClientCall(job, pool._silos[c], dim, True, 1, (pool._release_index, c))
