@@ -98,6 +98,21 @@ def test_rows_are_clipped_and_summed_in_float64_whatever_type_the_client_side_se
     assert whole.dtype == np.float64
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_row_is_refused_before_any_noise_or_ledger_entry(bad):
+    """Clipping cannot bound a NaN or an infinity: one would pass through the sum whatever
+    the noise, so the release is refused."""
+    pool = make_pool()
+
+    def one_bad(client, payload):
+        row = count_chars(client, payload)
+        return np.array([bad, row[1]]) if client.texts[0].startswith("client 3") else row
+
+    with pytest.raises(PrivacyError, match="non-finite"):
+        pool.aggregate(one_bad, dim=2, clip_norm=1.0, noise_multiplier=1.0, label="x")
+    assert pool.ledger.releases == []
+
+
 def test_aggregate_clips_each_client_and_adds_declared_noise():
     nonprivate = make_pool(allow_nonprivate=True)
     exact = nonprivate.aggregate(count_chars, dim=2, clip_norm=1.0, noise_multiplier=0.0, label="a")
