@@ -186,8 +186,8 @@ def contrasts(suite: Suite, rows: Sequence[Row], metric: str) -> list[Contrast]:
     policy against the base model), one per budget of the minuend, paired by seed: the same
     split, seed and test texts for both rows, so the interval counts the variance of the
     difference over seeds; test sampling is shared, not resampled. The subtrahend is its
-    row at the minuend's budget, or its only row (a reference such as the ε = 0 base
-    model)."""
+    row at the minuend's budget, else its ε = 0 row (a reference that used no private
+    data, such as the base model); two rows at different budgets are never paired."""
     by_method: dict[str, dict[float, dict[str, Any]]] = {}
     for r in rows:
         by_method.setdefault(r.method, {})[r.epsilon_budget] = r.entry
@@ -195,9 +195,7 @@ def contrasts(suite: Suite, rows: Sequence[Row], metric: str) -> list[Contrast]:
     for name, (minuend, subtrahend) in suite.contrasts.items():
         references = by_method.get(subtrahend, {})
         for eps, entry in sorted(by_method.get(minuend, {}).items()):
-            reference = references.get(eps) or (
-                next(iter(references.values())) if len(references) == 1 else None
-            )
+            reference = references.get(eps, references.get(0.0))
             if reference is None:
                 continue
             a, b = _per_seed(entry, metric), _per_seed(reference, metric)
@@ -255,6 +253,7 @@ def render_tracks(
         out.append(f"leaderboard {view.version}")
         suite = SUITES[view.track.suite]
         for split in sorted({r.split for r in rows}):
+            split_rows = [r for r in rows if r.split == split]
             headline, *co_headlines = [metric] if metric else headline_metrics(rows, split)
             table = build_table(rows, split, headline, order=suite.methods)
             if table.methods:
@@ -264,10 +263,10 @@ def render_tracks(
                     for m in table.methods
                     if m in suite.variants and suite.variants[m].description
                 ]
-                out += [format_contrast(c) for c in contrasts(suite, rows, table.metric)]
+                out += [format_contrast(c) for c in contrasts(suite, split_rows, table.metric)]
             for co_headline in co_headlines:  # e.g. reward accuracy beside the win rate
                 co_table = build_table(rows, split, co_headline, order=suite.methods)
                 if co_table.methods:
                     out.append(render_text(co_table, bold))
-                    out += [format_contrast(c) for c in contrasts(suite, rows, co_headline)]
+                    out += [format_contrast(c) for c in contrasts(suite, split_rows, co_headline)]
     return "\n".join(out).lstrip("\n")

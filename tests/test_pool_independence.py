@@ -96,6 +96,11 @@ def test_rows_match_within_a_share_of_the_whole_row_or_of_the_floor():
     assert rows_match(want, near) and not rows_match(want, spread)
     assert rows_match(want, spread, floor=20.0)  # a clip norm of 20 allows twice as much
     assert not rows_match(want, {"row": want["row"].reshape(2, 200)})
+    huge = {"row": np.full((1, 4), 1e160)}  # its norm overflows: no allowance is infinite
+    assert not rows_match(huge, {"row": huge["row"] * np.array([1.0, -1.0, 0.3, 0.0])})
+    ids = {"ids": np.array([[20_000, 7]])}  # a token id one off is another token
+    assert not rows_match(ids, {"ids": np.array([[20_001, 7]])})
+    assert not rows_match(want, near, exact=True) and rows_match(want, want, exact=True)
 
 
 def test_memo_rows_computed_from_several_clients_are_refused():

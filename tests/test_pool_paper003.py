@@ -128,6 +128,13 @@ def test_a_partition_is_fixed_and_its_parts_depend_on_own_data_only():
     with pytest.raises(PrivacyError, match=MIXED):
         pool.define_partition("mixed", by_batch_mean, parts=2, batched=True)
 
+    def off_the_grid_if_a_negative(batch, payload):  # 1 + 5e-6 is "no part", 1 is part 1
+        faint = 5e-6 * any(c.records[0]["x"][0] < 0 for c in batch.clients)
+        return np.array([[float(c.records[0]["x"][0] >= 0) + faint] for c in batch.clients])
+
+    with pytest.raises(PrivacyError, match=MIXED):  # within any float tolerance: compared exactly
+        pool.define_partition("faint", off_the_grid_if_a_negative, parts=2, batched=True)
+
 
 def logistic_run(vectors, part):
     pool = make_pool(vectors)

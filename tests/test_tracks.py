@@ -186,6 +186,12 @@ def test_preference_policies_are_paired_by_seed_with_the_base_model_at_each_budg
     assert found["dp_ft", "base_model", 4.0].difference == pytest.approx(-0.11 / 3)
     # (0.09 + 0.04 + 0.09) / 3 against the ε = 1 DP-FT row, not the ε = 4 one
     assert found["dpprefsyn", "dp_ft", 1.0].difference == pytest.approx(0.22 / 3)
+    # with DP-FT at ε = 4 only, DPPrefSyn at ε = 1 has nothing to be paired with
+    only_four = [r for r in rows if (r.method, r.epsilon_budget) != ("dp_ft", 1.0)]
+    pairs = {
+        (c.minuend, c.subtrahend, c.epsilon) for c in contrasts(SUITES["prefs"], only_four, metric)
+    }
+    assert ("dpprefsyn", "dp_ft", 1.0) not in pairs and ("dpprefsyn", "base_model", 1.0) in pairs
 
 
 def test_a_paper_track_prints_its_rows_descriptions_and_stage_one_effect():

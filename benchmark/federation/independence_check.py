@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import os
 import pickle
 import pickletools
@@ -78,24 +79,32 @@ GRACE_S = 300.0  # start-up and unpickling allowance on top of 4x the pool's own
 ZYGOTE = "benchmark.untrusted.zygote"  # the module the zygote runs (client code runs there)
 
 
-def rows_match(expected: Rows, got: Rows, floor: float = 1.0) -> bool:
+def rows_match(expected: Rows, got: Rows, floor: float = 1.0, exact: bool = False) -> bool:
     """Same arrays, same shapes, each within :data:`TOLERANCE` of the pool's in L2
-    distance, relative to its norm or ``floor``, whichever is larger.
+    distance, relative to its norm or ``floor``, whichever is larger; equal, with
+    ``exact`` or for integer arrays (a part index or a token id that moves by one is
+    another decision, however small the move).
 
     The bound is on the whole row, not per coordinate: a per-coordinate allowance, summed
     over a row's d coordinates, let every row of a release carry √d times more of other
     clients' data unseen, coherently across rows. What still passes unseen is a shift of
     each row by at most ``TOLERANCE`` × max(norm, floor); with the clip norm as the floor,
-    every clipped row moves by at most 2 × ``TOLERANCE`` × the clip norm."""
+    every clipped row moves by at most 2 × ``TOLERANCE`` × the clip norm. A row whose norm
+    overflows matches nothing (its allowance would be infinite)."""
     if expected.keys() != got.keys():
         return False
     for name, want in expected.items():
         have = got[name]
         if want.shape != have.shape or have.dtype.kind not in "biuf":
             return False
+        if exact or want.dtype.kind in "biu":
+            if not np.array_equal(have, want):
+                return False
+            continue
         want64 = want.astype(np.float64)
+        norm = float(np.linalg.norm(want64))
         distance = float(np.linalg.norm(have.astype(np.float64) - want64))
-        if not distance <= TOLERANCE * max(floor, float(np.linalg.norm(want64))):
+        if not (math.isfinite(norm) and distance <= TOLERANCE * max(floor, norm)):
             return False
     return True
 
@@ -115,10 +124,12 @@ class IndependenceCheck:
     nothing.
     """
 
-    def __init__(self, kind: str, job: bytes, chosen: frozenset[int], floor: float = 1.0) -> None:
+    def __init__(
+        self, kind: str, job: bytes, chosen: frozenset[int], floor: float = 1.0, exact: bool = False
+    ) -> None:
         self.chosen = chosen
         self._kind = kind
-        self._floor = floor  # see rows_match
+        self._floor, self._exact = floor, exact  # see rows_match
         self._job = job if chosen else b""
         self._calls: list[tuple[list[dict[str, Any]], int, Rows]] = []
 
@@ -143,7 +154,7 @@ class IndependenceCheck:
                 tag, body = worker.answer(deadline)
                 if tag != b"R":
                     raise _refusal(f"recomputed alone, it raised {_error_name(body)}")
-                if not rows_match(expected, _load_rows(body), self._floor):
+                if not rows_match(expected, _load_rows(body), self._floor, self._exact):
                     raise _refusal("a sampled client's row differs when recomputed alone")
         except TimeoutError:
             worker.kill()

@@ -223,16 +223,22 @@ class ClientPool:
         return frozenset(secrets.SystemRandom().sample(population, count))
 
     def _recheck(
-        self, kind: str, job: Job, chosen: frozenset[int], clip_norm: float = math.inf
+        self,
+        kind: str,
+        job: Job,
+        chosen: frozenset[int],
+        clip_norm: float = math.inf,
+        exact: bool = False,
     ) -> IndependenceCheck:
         """The independence check of one release over the ``chosen`` units; a row may differ
-        by a share of its norm or of the release's finite ``clip_norm``, whichever is larger
-        (:func:`~benchmark.federation.independence_check.rows_match`), else of 1."""
+        by a share of its norm or of the release's finite ``clip_norm``, whichever is larger,
+        else of 1, and not at all with ``exact``
+        (:func:`~benchmark.federation.independence_check.rows_match`)."""
         floor = clip_norm if math.isfinite(clip_norm) else 1.0
         if not chosen:
-            return IndependenceCheck(kind, b"", chosen, floor)
+            return IndependenceCheck(kind, b"", chosen, floor, exact)
         blob = job if isinstance(job, bytes) else snapshot(*job)
-        return IndependenceCheck(kind, blob, chosen, floor)
+        return IndependenceCheck(kind, blob, chosen, floor, exact)
 
     # -- the release log ------------------------------------------------------------------
 
@@ -426,21 +432,24 @@ class ClientPool:
         self.costs.add(call.expected, floats_down, texts_down, dim, seconds)
         return seconds
 
-    def _checked_rows(self, job: Job, dim: int, batched: bool, checked: bool) -> np.ndarray:
+    def _checked_rows(
+        self, job: Job, dim: int, batched: bool, checked: bool, exact: bool = False
+    ) -> np.ndarray:
         """Every unit's row (num_clients, dim), in unit order, independence-checked when
-        ``checked``: for the mechanisms that need the rows themselves, not their sum
-        (a Laplace sum's L1 clipping, DP-PCA's covariance, DP-SGD's per-row gradients,
-        a partition). They stay in this process."""
+        ``checked`` (recomputed rows equal with ``exact``: a partition's part indices): for
+        the mechanisms that need the rows themselves, not their sum (a Laplace sum's L1
+        clipping, DP-PCA's covariance, DP-SGD's per-row gradients, a partition). They stay
+        in this process."""
         indices = list(range(self.num_clients))
-        check = self._recheck(
-            BATCH if batched else CLIENT, job, self._choose(indices if checked else [])
-        )
+        chosen = self._choose(indices if checked else [])
+        check = self._recheck(BATCH if batched else CLIENT, job, chosen, exact=exact)
         parts: list[np.ndarray] = []
         call = ClientCall(job, indices, dim, batched, len(indices), (self._release_index,))
-        check.finish(self._client_rows(call, check, parts.append))
+        seconds = self._client_rows(call, check, parts.append)
         rows = np.concatenate(parts) if parts else np.zeros((0, dim))
         if not np.all(np.isfinite(rows)):
             raise PrivacyError("a client-side function returned a non-finite value")
+        check.finish(seconds)
         return rows.astype(np.float64)
 
     def _checked_sum(self, call: ClientCall, clip_norm: float, checked: bool) -> np.ndarray:

@@ -46,7 +46,8 @@ def define_partition(
     job = job_of(client_fn, payload)
 
     def compute() -> None:
-        values = pool._checked_rows(job, 1, batched, not pool._allow_nonprivate)[:, 0]
+        checked = not pool._allow_nonprivate
+        values = pool._checked_rows(job, 1, batched, checked, exact=True)[:, 0]
         valid = (values == np.round(values)) & (values >= 0) & (values < parts)
         pool._partitions[name] = (parts, np.where(valid, values, -1).astype(np.int64))
         pool._release_index += 1
