@@ -98,6 +98,7 @@ CALL = "pool.aggregate (label 'r'): "
         ("raise_with_text", False, f"{CALL}a client-side function raised ValueError"),
         ("exit_with_letter", False, f"{CALL}the client worker ended or answered out of protocol"),
         ("shape_by_letter", False, "client vectors must have the declared dim 1"),
+        ("array_like_by_letter", False, "client vectors must have the declared dim 1"),
         ("dtype_named_after_text", True, "client-side functions must return numbers"),
     ],
 )
