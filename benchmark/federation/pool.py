@@ -67,32 +67,23 @@ def silos(units: list[list[dict[str, Any]]]) -> list[list[int]]:
     return [by_client[c] for c in sorted(by_client)]
 
 
-# float64 elements one step of :func:`clipped_row_sum` converts (64 MB), so a block of a
-# large batched call is not copied whole
-_SUM_STEP = 1 << 23
-
-
 def clipped_row_sum(rows: np.ndarray, clip_norm: float) -> np.ndarray:
     """Sum of the rows, each scaled to L2 norm at most ``clip_norm``, in float64 whatever
     float type the client side chose: in float16 or float32 one client could move the sum
     by more than ``clip_norm`` (one ulp of a large sum) or overflow it to ``inf`` (a bit
-    that no noise hides). One pass for the norms (which also catches non-finite values)
-    and one matrix-vector product per step. The mechanism's clipping, for every release
-    of the pool (and for measurements that must clip as it does, e.g.
-    ``measurements/popri_standardisation.py``); the mechanisms bound ``clip_norm``
-    (:data:`benchmark.federation.mechanisms.entries.MAX_BOUND`), so the sum stays finite."""
-    total = np.zeros(rows.shape[1])
-    step = max(1, _SUM_STEP // max(1, rows.shape[1]))
-    for start in range(0, len(rows), step):
-        part = np.asarray(rows[start : start + step], dtype=np.float64)
-        norms = np.linalg.norm(part, axis=1)
-        if not np.all(np.isfinite(norms)):
-            raise PrivacyError("a client-side function returned a non-finite value")
-        scale = np.ones_like(norms)
-        if math.isfinite(clip_norm):
-            scale = np.minimum(1.0, clip_norm / np.maximum(norms, 1e-12))
-        total += scale @ part
-    return total
+    that no noise hides). ``einsum`` casts as it goes, so a large block is not copied
+    whole. One pass for the norms (which also catches non-finite values) and one for the
+    sum. The mechanism's clipping, for every release of the pool (and for measurements
+    that must clip as it does, e.g. ``measurements/popri_standardisation.py``); the
+    mechanisms bound ``clip_norm`` (:data:`benchmark.federation.mechanisms.entries.MAX_BOUND`),
+    so the sum stays finite."""
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
+    if not np.all(np.isfinite(norms)):
+        raise PrivacyError("a client-side function returned a non-finite value")
+    scale = np.ones_like(norms)
+    if math.isfinite(clip_norm):
+        scale = np.minimum(1.0, clip_norm / np.maximum(norms, 1e-12))
+    return np.einsum("i,ij->j", scale, rows, dtype=np.float64)
 
 
 class ClientPool:
