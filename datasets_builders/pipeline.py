@@ -640,9 +640,9 @@ def apply_caps(
 
 def default_cache_dir(source: Source) -> Path:
     """``$FEDSYNTH_CACHE/sources/<name>``: shared by every build of the source."""
-    from benchmark.profiles.cache import cache_dir
+    from benchmark.profiles.cache import SOURCES, cache_dir
 
-    return cache_dir() / "sources" / source.name
+    return cache_dir() / SOURCES / source.name
 
 
 def built_with(out_dir: str | Path, options: SplitOptions) -> bool:

@@ -254,19 +254,18 @@ def render_tracks(
         suite = SUITES[view.track.suite]
         for split in sorted({r.split for r in rows}):
             split_rows = [r for r in rows if r.split == split]
-            headline, *co_headlines = [metric] if metric else headline_metrics(rows, split)
-            table = build_table(rows, split, headline, order=suite.methods)
-            if table.methods:
+            # the headline, then its co-headlines (e.g. reward accuracy beside the win rate)
+            shown = [metric] if metric else headline_metrics(rows, split)
+            for position, shown_metric in enumerate(shown):
+                table = build_table(rows, split, shown_metric, order=suite.methods)
+                if not table.methods:
+                    continue
                 out.append(render_text(table, bold))
-                out += [
-                    f"  {m}: {suite.variants[m].description}"
-                    for m in table.methods
-                    if m in suite.variants and suite.variants[m].description
-                ]
+                if position == 0:  # the rows' descriptions, once
+                    out += [
+                        f"  {m}: {suite.variants[m].description}"
+                        for m in table.methods
+                        if m in suite.variants and suite.variants[m].description
+                    ]
                 out += [format_contrast(c) for c in contrasts(suite, split_rows, table.metric)]
-            for co_headline in co_headlines:  # e.g. reward accuracy beside the win rate
-                co_table = build_table(rows, split, co_headline, order=suite.methods)
-                if co_table.methods:
-                    out.append(render_text(co_table, bold))
-                    out += [format_contrast(c) for c in contrasts(suite, split_rows, co_headline)]
     return "\n".join(out).lstrip("\n")

@@ -61,6 +61,9 @@ from benchmark.profiles.cpu import public_output_ids  # noqa: E402
 from benchmark.profiles.hf_generator import HFGenerator, native_bf16, sample_tokens  # noqa: E402
 from benchmark.profiles.seeding import seeded  # noqa: E402
 
+# (words, label) of the two prompt lengths every row is measured at
+PROMPT_LENGTHS = ((180, "3-shot prompt (~240 tok)"), (20, "short prompt (~25 tok)"))
+THREE_SHOT_WORDS = PROMPT_LENGTHS[0][0]
 LINE = "I went to the market this morning and bought some bread, then we talked about films."
 
 
@@ -313,12 +316,12 @@ def main() -> None:
     cases = [
         (f"generate, {label}", lambda g, b, w=words: measure_generate(
             g, b, args.texts, w, args.new_tokens), generators)
-        for words, label in ((180, "3-shot prompt (~240 tok)"), (20, "short prompt (~25 tok)"))
+        for words, label in PROMPT_LENGTHS
     ]  # fmt: skip
     if args.reference:
         unrestricted = {name: generators[name] for name in profiles}
         cases.append(("transformers generate, 3-shot prompt", lambda g, b: measure_reference(
-            g, b, args.texts, 180, args.new_tokens), unrestricted))  # fmt: skip
+            g, b, args.texts, THREE_SHOT_WORDS, args.new_tokens), unrestricted))  # fmt: skip
     if args.filler:
         fillers = {name: p.masked_filler() for name, p in profiles.items()}
         cases.append(("span filler, 64-tok text, 30 % masked", lambda f, b: measure_fill(
@@ -326,7 +329,7 @@ def main() -> None:
     print("| what | generator | precision | threads | batch | tokens/s | texts/s | ms per text |")
     print("|---|---|---|---|---|---|---|---|")
     if args.llama_cpp:
-        for words, label in ((180, "3-shot prompt (~240 tok)"), (20, "short prompt (~25 tok)")):
+        for words, label in PROMPT_LENGTHS:
             for threads in args.threads:
                 cells = measure_llama_cpp(threads, args.texts, words, args.new_tokens)
                 print(f"| llama.cpp, {label} | cpu | Q4_1 | {threads} | 1 | {cells} |", flush=True)
@@ -341,11 +344,11 @@ def main() -> None:
                         threads,
                         batch,
                         args.texts,
-                        180,
+                        THREE_SHOT_WORDS,
                         args.new_tokens,
                     )
                     print(
-                        f"| llama.cpp batched, 3-shot prompt (~240 tok) | {name} | GGUF "
+                        f"| llama.cpp batched, {PROMPT_LENGTHS[0][1]} | {name} | GGUF "
                         f"| {threads} | {batch} | {cells} |",
                         flush=True,
                     )

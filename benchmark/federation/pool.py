@@ -226,9 +226,7 @@ class ClientPool:
         else of 1, and not at all with ``exact``
         (:func:`~benchmark.federation.independence_check.rows_match`)."""
         floor = clip_norm if math.isfinite(clip_norm) else 1.0
-        if not chosen:
-            return IndependenceCheck(kind, b"", chosen, floor, exact)
-        blob = job if isinstance(job, bytes) else snapshot(*job)
+        blob = b"" if not chosen else job if isinstance(job, bytes) else snapshot(*job)
         return IndependenceCheck(kind, blob, chosen, floor, exact)
 
     # -- the release log ------------------------------------------------------------------

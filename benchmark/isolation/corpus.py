@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from benchmark.profiles.cache import SOURCES
+
 _PINNED = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==")
 
 
@@ -48,4 +50,4 @@ def denied_paths(manifest: Mapping[str, Any], cache: Path) -> tuple[Path, ...]:
     """What untrusted processes of a run on this split must not read: the source corpus's
     package directories and every raw source cache under ``cache``."""
     packages = [d for name in source_distributions(manifest) for d in distribution_dirs(name)]
-    return (*packages, cache / "sources")
+    return (*packages, cache / SOURCES)

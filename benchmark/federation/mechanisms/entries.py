@@ -27,10 +27,7 @@ def check_gaussian(clip_norm: float, noise_multiplier: float, allow_nonprivate: 
         raise PrivacyError(f"noise_multiplier must be >= 0, got {noise_multiplier}")
     if noise_multiplier == 0:
         return exact_allowed(allow_nonprivate, "a release without noise (noise_multiplier=0)")
-    if not (math.isfinite(clip_norm) and 0 < clip_norm <= MAX_BOUND):
-        raise PrivacyError(
-            f"a private release needs a clip_norm in (0, {MAX_BOUND:g}], got {clip_norm}"
-        )
+    _check_bounded("a clip_norm", clip_norm)
     return False
 
 
@@ -40,11 +37,14 @@ def check_pure(epsilon: float, sensitivity: float, allow_nonprivate: bool) -> bo
         raise PrivacyError(f"epsilon must be > 0, got {epsilon}")
     if math.isinf(epsilon):
         return exact_allowed(allow_nonprivate, "an exact release (epsilon=inf)")
-    if not (math.isfinite(sensitivity) and 0 < sensitivity <= MAX_BOUND):
-        raise PrivacyError(
-            f"a private release needs a bound in (0, {MAX_BOUND:g}], got {sensitivity}"
-        )
+    _check_bounded("a bound", sensitivity)
     return False
+
+
+def _check_bounded(what: str, value: float) -> None:
+    """A private release's clip norm or L1 bound: finite, positive, at most MAX_BOUND."""
+    if not (math.isfinite(value) and 0 < value <= MAX_BOUND):
+        raise PrivacyError(f"a private release needs {what} in (0, {MAX_BOUND:g}], got {value}")
 
 
 def gaussian_entry(
