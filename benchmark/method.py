@@ -81,6 +81,10 @@ class Method(ABC):
     ``bound`` (ε = 0 public-only, ε = ∞ non-private) anchors the gap-closed scale;
     ``control`` (the oracle) calibrates the instrument and is never ranked.
 
+    ``post_processing`` names config keys read only in ``finish``, after the last private
+    round (e.g. the release's sampling): runs that differ only in them share one run's
+    private rounds (:mod:`benchmark.shared_rounds`), so tuning them costs no privacy.
+
     ``models`` declares the profile roles (:data:`benchmark.profiles.roles.ROLES`) the
     method's code and the pool operations it calls load: the coordinator resolves those
     before the sandboxed method process starts (which has no network and may not write the
@@ -93,6 +97,7 @@ class Method(ABC):
     privacy_units: ClassVar[tuple[str, ...]] = ("user",)
     role: ClassVar[str] = "method"
     models: ClassVar[tuple[str, ...]] = ()
+    post_processing: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config

@@ -56,6 +56,13 @@ from benchmark.profiles.candidate_corpus import build_requested
 from benchmark.progress import progress
 from benchmark.records import build_record, check_same_models, write_record
 from benchmark.registry import METHODS, path_under
+from benchmark.shared_rounds import (
+    check_post_processing,
+    donor_of,
+    finish_released_nothing,
+    register_donor,
+    rounds_key,
+)
 from benchmark.spec import ResolvedSpec, RunSpec, SpecError
 
 CHECKPOINT = "checkpoint.pt"
@@ -66,6 +73,7 @@ POOL_SEED = "pool_seed.secret"
 LOCK = "run.lock"
 RELEASES = "releases"  # the release log (trusted state, like the checkpoint)
 QUARANTINE = ".quarantine"  # failed runs' directories, under the runs root
+ROUNDS_FROM = "rounds_from.json"  # the run whose private rounds this one post-processes
 CHECKPOINT_KEYS = ("run_key", "next_round", "method_state", "pool", "ledger", "elapsed")
 
 
@@ -323,9 +331,15 @@ def run(
 
         launch: Any = IsolatedLaunch(spec, split, profile, plugin, client_actors)
         resolved, role = launch.resolve()
+        declared = launch.post_processing
     else:
         resolved, method_cls = resolve(spec, split)
         role = method_cls.role
+        declared = method_cls.post_processing
+    post_processing = check_post_processing(
+        declared, resolved.method_config, f"{spec.method.name}.post_processing"
+    )
+    rounds = rounds_key(resolved, post_processing) if post_processing else None
     run_dir = path_under(runs_root, resolved.run_key, where="run key")
     if profile is None:
         from benchmark.profiles import new_profile
@@ -341,6 +355,8 @@ def run(
         finished = _finished(run_dir, resolved.run_key, models)
         if finished is not None:
             return finished
+        if rounds is not None:
+            fork_rounds(runs_root, run_dir, resolved.run_key, rounds)
         (run_dir / "spec.json").write_text(json.dumps(resolved.to_dict(), indent=1))
 
         private = not math.isinf(spec.privacy.epsilon)
@@ -381,15 +397,50 @@ def run(
             else:
                 method = InProcessMethod(method_cls(resolved.method_config), ctx, spec.seed)
             try:
-                return _drive(
+                result = _drive(
                     method, spec, resolved, split, pool, ctx, run_dir, role, stop_after_round,
                     canaries,
                 )  # fmt: skip
             finally:
                 method.close()
+            if rounds is not None:
+                register_donor(runs_root, rounds, resolved.run_key)
+            return result
         finally:
             if isolated:  # also where the method process failed to start
                 launch.close()
+
+
+def fork_rounds(runs_root: Path, run_dir: Path, run_key: str, rounds: str) -> str | None:
+    """Start the new run ``run_key`` in ``run_dir`` from the last round of the finished run
+    holding the rounds ``rounds`` (:mod:`benchmark.shared_rounds`): its checkpoint, under
+    this run's key, and its secret noise seed. Only into a run directory nothing has run
+    in (no seed drawn, so no release delivered that a method process could have kept in its
+    scratch); returns the donor's run key, or None (the run runs its own rounds)."""
+    if (run_dir / POOL_SEED).exists() or (run_dir / CHECKPOINT).exists():
+        return None
+    if (run_dir / RELEASES).exists() or (run_dir / "work").exists():
+        return None
+    donor = donor_of(runs_root, rounds)
+    if donor is None or donor == run_key:
+        return None
+    donor_dir = path_under(runs_root, donor, where="rounds donor")
+    if not (donor_dir / RESULT).exists() or not (donor_dir / CHECKPOINT).exists():
+        return None
+    saved = resume_checkpoint(donor_dir / CHECKPOINT, donor)
+    if not finish_released_nothing(json.loads((donor_dir / RESULT).read_text()), saved):
+        return None
+    if (donor_dir / POOL_SEED).exists():
+        atomic_write(run_dir / POOL_SEED, (donor_dir / POOL_SEED).read_text())
+    atomic_write(run_dir / ROUNDS_FROM, json.dumps({"run_key": donor}))
+    _save_checkpoint(run_dir, {**saved, "run_key": run_key}, saved["next_round"] - 1)
+    return donor
+
+
+def rounds_from(run_dir: Path) -> str | None:
+    """The run whose private rounds the run in ``run_dir`` post-processed, if any."""
+    path = run_dir / ROUNDS_FROM
+    return json.loads(path.read_text())["run_key"] if path.exists() else None
 
 
 @contextlib.contextmanager
@@ -544,6 +595,9 @@ def _drive(
         if spec.privacy.call_seconds is not None
         else None,
     )
+    donor = rounds_from(run_dir)
+    if donor is not None:
+        record["rounds_from"] = donor
     if refused:
         write_record(record, run_dir / REFUSED)
         raise ReleaseRefused(

@@ -26,7 +26,10 @@ the reported runs'; the default is the suite's first).
 Not accounted: the candidates' runs read the same private clients, so releasing only the
 best of them costs more privacy than one run's ε (Papernot & Steinke 2022). The papers do
 not charge their tuning either; the report says so, and the leaderboard shows each entry's
-ε as the one run's.
+ε as the one run's. The exception is a grid of the method's post-processing keys (an LLM
+method's release sampling): its first candidate runs the private rounds alone, and the
+others post-process those same rounds (:mod:`benchmark.shared_rounds`), so selecting among
+them costs nothing beyond that one run's ε; the report says which holds.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.records import json_epsilon
+from benchmark.registry import METHODS
 from leaderboard.executors import Executor, Job
 from leaderboard.selection import DEFAULT_SELECT, best_index, check_selectable, grid_points
 from leaderboard.signing import sign_entry
@@ -47,6 +51,10 @@ from leaderboard.suites import Suite, check_refusals, open_store, run_jobs
 UNCHARGED_NOTE = (
     "selection over the candidates is not charged to epsilon (as in the papers); each "
     "entry's epsilon is one run's"
+)
+SHARED_NOTE = (
+    "every candidate post-processes the same run's private rounds (rounds_from), so "
+    "selection over them costs no privacy beyond that run's epsilon"
 )
 # Metrics that change what a run trains on, not only what is measured: the canary audit
 # holds out half its canaries, real units (fewer units, another sampling rate and noise), so a
@@ -96,12 +104,17 @@ def tune(
         for i, point in enumerate(points)
     ]
     found: dict[int, tuple[str, float]] = {}
-    for job, run_key, record in run_jobs(store, jobs, runs_root=runs_root, executor=executor):
-        if select not in record["metrics"]:
-            raise ValueError(f"select: {select!r} is not among the metrics {method} recorded")
-        found[int(job.label)] = (run_key, float(record["metrics"][select]))
-        if on_run:
-            on_run(f"{method} {points[int(job.label)]}")
+    rounds: set[str] = set()  # the runs whose private rounds the candidates released
+    # a grid of post-processing keys: the first candidate's rounds, then the others' forks
+    stem_first = set(grid) <= set(METHODS.get(method).post_processing)
+    for batch in [jobs[:1], jobs[1:]] if stem_first else [jobs]:
+        for job, run_key, record in run_jobs(store, batch, runs_root=runs_root, executor=executor):
+            if select not in record["metrics"]:
+                raise ValueError(f"select: {select!r} is not among the metrics {method} recorded")
+            found[int(job.label)] = (run_key, float(record["metrics"][select]))
+            rounds.add(record.get("rounds_from", run_key))
+            if on_run:
+                on_run(f"{method} {points[int(job.label)]}")
     check_refusals(store)
     values = [found[i][1] for i in range(len(points))]
     report = {
@@ -120,7 +133,7 @@ def tune(
             for i, point in enumerate(points)
         ],
         "selected": points[best_index(values, lower_is_better)],
-        "accounting": UNCHARGED_NOTE,
+        "accounting": SHARED_NOTE if len(rounds) == 1 else UNCHARGED_NOTE,
     }
     signed = sign_entry(report, store.key)
     path = write_tuning(results_root, signed)

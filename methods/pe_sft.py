@@ -145,6 +145,7 @@ class PESFT(PrivateEvolution):
     name = "pe_sft"
     artifact_kind = "texts"
     privacy_units = ("user",)
+    post_processing = tuple(RELEASE_SAMPLING)  # read in finish only
     configs = {
         "paper": {
             **PE_PAPER,

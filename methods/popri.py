@@ -416,6 +416,7 @@ class POPri(Method):
     privacy_units = ("user",)
     models = ("generator", "embedder")
     configs = {"paper": _PAPER, "cpu": _CPU, "tiny": _TINY}
+    post_processing = tuple(RELEASE_SAMPLING)  # read in finish only
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)

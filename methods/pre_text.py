@@ -57,6 +57,7 @@ class PreText(PrivateEvolution):
     name = "pre_text"
     artifact_kind = "texts"
     privacy_units = ("user",)
+    post_processing = tuple(RELEASE_SAMPLING)  # read in finish only
     configs = {
         "paper": {
             **PE_PAPER,

@@ -61,6 +61,25 @@ class NoisyRounds(Method):
         return Artifact("texts", texts=[json.dumps(state["history"])])
 
 
+@METHODS.register("test_post_processed")
+class PostProcessed(NoisyRounds):
+    """NoisyRounds whose release also carries ``tag``, a key it reads in ``finish`` only (as
+    an LLM method reads its release sampling); with ``release_in_finish`` its ``finish``
+    makes one more private release, so its declaration is false."""
+
+    name = "test_post_processed"
+    configs = {"tiny": {**NoisyRounds.configs["tiny"], "tag": "a", "release_in_finish": False}}
+    post_processing = ("tag", "release_in_finish")
+
+    def finish(self, ctx, state):
+        if self.config["release_in_finish"]:
+            ctx.pool.aggregate(
+                text_length, {"w": 0.0}, dim=2, clip_norm=1.0, noise_multiplier=5.0, label="late"
+            )
+        history = json.dumps(state["history"])
+        return Artifact("texts", texts=[history, self.config["tag"]])
+
+
 def make_split():
     records = [{"text": f"verse {i} " * (1 + i % 5), "client_id": f"c{i % 10}"} for i in range(40)]
     return FederatedSplit(

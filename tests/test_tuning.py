@@ -13,7 +13,7 @@ from leaderboard.cli.suite import parse_grid
 from leaderboard.selection import best_index, grid_points
 from leaderboard.signing import host_key, sign_entry
 from leaderboard.store import record_files
-from leaderboard.tuning import tune
+from leaderboard.tuning import SHARED_NOTE, UNCHARGED_NOTE, tune
 from leaderboard.verify import verify_tree
 
 pytestmark = pytest.mark.end_to_end  # scheduled first (tests/conftest.py)
@@ -79,3 +79,20 @@ def test_tuning_selects_on_validation_keeps_its_runs_and_verify_checks_the_repor
 def problems(results, path):
     """What verify (with the host's key trusted) finds wrong with ``path``."""
     return [reason for bad, reason in verify_tree(results, trust_host=True) if bad == path]
+
+
+def test_a_release_sampling_grid_post_processes_one_runs_private_rounds(tmp_path):
+    """The first candidate runs the rounds; the others only sample the release again from
+    them (benchmark.shared_rounds), so the report can say the selection costs no privacy."""
+    roots = {"results_root": tmp_path / "results", "splits_root": tmp_path / "splits"}
+    grid = {"release_temperature": [1.0, 0.7]}
+    report, _ = tune(SUITES["tiny"], "pre_text", grid, runs_root=tmp_path / "runs", **roots)
+    first, second = (c["run_key"] for c in report["candidates"])
+    records = {r.stem: json.loads(r.read_text()) for r in record_files(tmp_path / "results")}
+    assert records[second]["rounds_from"] == first and "rounds_from" not in records[first]
+    assert records[second]["privacy"]["ledger"] == records[first]["privacy"]["ledger"]
+    assert report["accounting"] == SHARED_NOTE
+    # a grid over what the rounds read runs each candidate's own rounds, and says so
+    grid = {"population_size": [8, 12]}
+    report, _ = tune(SUITES["tiny"], "pre_text", grid, runs_root=tmp_path / "runs", **roots)
+    assert report["accounting"] == UNCHARGED_NOTE

@@ -641,6 +641,7 @@ class IsolatedLaunch:
         self._worker: Any = None
         self.models: tuple[str, ...] = ()  # the method's declared roles, from resolve()
         self.hub_ids: tuple[str, ...] = ()  # hub models it loads by id, from resolve()
+        self.post_processing: Any = ()  # its declared post-processing keys, from resolve()
 
     def _init(self, op: str) -> tuple[dict[str, Any], list[bytes]]:
         blobs = []
@@ -682,6 +683,7 @@ class IsolatedLaunch:
         where = f"{self.spec.method.name}.hub_ids"
         RequestBounds.from_environment().check("hub_models", len(self.hub_ids), where)
         resolved = ResolvedSpec(self.spec, info["config"], self.split.name, self.split.version)
+        self.post_processing = info.get("post_processing")  # checked by the runner
         return resolved, role
 
     def _build_profile_caches(self) -> None:

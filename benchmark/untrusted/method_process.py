@@ -213,6 +213,7 @@ def _serve(init: dict[str, Any], blobs: list[bytes], stream: Any) -> None:
         info = {"config": config, "role": method_cls.role}
         info |= {"privacy_units": list(method_cls.privacy_units)}
         info |= {"models": list(method_cls.models), "hub_ids": list(method_cls.hub_ids(config))}
+        info |= {"post_processing": list(method_cls.post_processing)}
         wire.send(stream, {"done": True, **info})
         return
     method = method_cls(init["config"])
