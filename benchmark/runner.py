@@ -21,6 +21,7 @@ that would not load that way is refused when it is saved, not when the run resum
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import os
@@ -29,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from benchmark.artifact import Artifact, ArtifactError
 from benchmark.checkpoints import (
@@ -59,8 +60,8 @@ from benchmark.registry import METHODS, path_under
 from benchmark.shared_rounds import (
     check_post_processing,
     donor_of,
-    finish_released_nothing,
     register_donor,
+    rounds_identity,
     rounds_key,
 )
 from benchmark.spec import ResolvedSpec, RunSpec, SpecError
@@ -228,7 +229,7 @@ def pool_seed(spec: RunSpec, run_dir: Path) -> int:
     return int(path.read_text())
 
 
-def resume_checkpoint(path: Path, run_key: str) -> dict[str, Any]:
+def resume_checkpoint(path: Path | BinaryIO, run_key: str) -> dict[str, Any]:
     """The checkpoint of run ``run_key`` at ``path``, refused if it needs code to load or
     was written for another run (a file copied or planted from elsewhere)."""
     try:
@@ -339,7 +340,6 @@ def run(
     post_processing = check_post_processing(
         declared, resolved.method_config, f"{spec.method.name}.post_processing"
     )
-    rounds = rounds_key(resolved, post_processing) if post_processing else None
     run_dir = path_under(runs_root, resolved.run_key, where="run key")
     if profile is None:
         from benchmark.profiles import new_profile
@@ -347,100 +347,134 @@ def run(
         profile = new_profile(spec.profile)
     bind_public(profile, split.texts("public"))
     models = profile.describe()
-    finished = _finished(run_dir, resolved.run_key, models)
-    if finished is not None:  # finished before: the record is the result
-        return finished
-    with _held(run_dir, resolved.run_key), _quarantined_on_failure(run_dir):
-        # Another process may have finished it between the check above and the lock.
-        finished = _finished(run_dir, resolved.run_key, models)
-        if finished is not None:
-            return finished
-        if rounds is not None:
-            fork_rounds(runs_root, run_dir, resolved.run_key, rounds)
-        (run_dir / "spec.json").write_text(json.dumps(resolved.to_dict(), indent=1))
-
-        private = not math.isinf(spec.privacy.epsilon)
-        ledger = PrivacyLedger(guard=budget_of(spec).check if private else None)
-        work_dir = run_dir / "work"
-        work_dir.mkdir(exist_ok=True)
-        seed = pool_seed(spec, run_dir)
-        canaries = canary_plan(spec, units, seed)
-        if canaries is not None:
-            units = audited_units(units, canaries)
-        pool = ClientPool(
-            units,
-            ledger=ledger,
-            seed=seed,
-            unit=spec.privacy.unit,
-            allow_nonprivate=math.isinf(spec.privacy.epsilon),
-            simulated=spec.privacy.guarantee == "simulated",
-            independence_checks=INDEPENDENCE_CHECKS,  # every run, `guarantee: simulated` too
-            executor=launch.client_worker(units, run_dir) if isolated else None,
-            local_trainer=LocalLMTrainer(lambda: profile.conditional_lm()),
-            preference_policy=lambda: profile.preference_policy(),
-            release_log=ReleaseLog(run_dir / RELEASES) if private else None,
-        )
-        ctx = MethodContext(
-            pool=pool,
-            public=own_copy(split.records("public")),
-            validation=own_copy(split.records("validation")),
-            profile=profile,
-            privacy=spec.privacy,
-            seed=spec.seed,
-            work_dir=work_dir,
-            diagnostics=Diagnostics(run_dir),
-        )
-        try:
-            if isolated:
-                launch.warm(evaluation_start(ctx, "public"))
-                method: Any = launch.method(resolved, pool, run_dir)
-            else:
-                method = InProcessMethod(method_cls(resolved.method_config), ctx, spec.seed)
-            try:
-                result = _drive(
-                    method, spec, resolved, split, pool, ctx, run_dir, role, stop_after_round,
-                    canaries,
+    rounds = rounds_key(resolved, post_processing, models) if post_processing else None
+    result = _finished(run_dir, resolved.run_key, models)
+    if result is None:
+        with _held(run_dir, resolved.run_key), _quarantined_on_failure(run_dir):
+            # Another process may have finished it between the check above and the lock.
+            result = _finished(run_dir, resolved.run_key, models)
+            if result is None:
+                secret = spec.privacy.noise_seed != "spec"
+                if rounds is not None:
+                    fork_rounds(runs_root, run_dir, resolved.run_key, rounds, secret)
+                result = _start(
+                    spec, resolved, split, units, profile, run_dir, role, stop_after_round,
+                    launch if isolated else None, None if isolated else method_cls,
+                    shares_rounds=rounds is not None,
                 )  # fmt: skip
-            finally:
-                method.close()
-            if rounds is not None:
-                register_donor(runs_root, rounds, resolved.run_key)
-            return result
+    if rounds is not None and rounds_from(run_dir) is None and (run_dir / CHECKPOINT).exists():
+        register_donor(runs_root, rounds, resolved.run_key)  # outside the quarantine
+    return result
+
+
+def _start(
+    spec: RunSpec,
+    resolved: ResolvedSpec,
+    split: FederatedSplit,
+    units: dict[str, list[dict[str, Any]]],
+    profile: Any,
+    run_dir: Path,
+    role: str,
+    stop_after_round: int | None,
+    launch: Any,
+    method_cls: type[Method] | None,
+    *,
+    shares_rounds: bool,
+) -> RunResult:
+    """The held, unfinished run: its pool, method (``launch``'s sandboxed one, else
+    ``method_cls`` in this process) and :func:`_drive`."""
+    isolated = launch is not None
+    (run_dir / "spec.json").write_text(json.dumps(resolved.to_dict(), indent=1))
+
+    private = not math.isinf(spec.privacy.epsilon)
+    ledger = PrivacyLedger(guard=budget_of(spec).check if private else None)
+    work_dir = run_dir / "work"
+    work_dir.mkdir(exist_ok=True)
+    seed = pool_seed(spec, run_dir)
+    canaries = canary_plan(spec, units, seed)
+    if canaries is not None:
+        units = audited_units(units, canaries)
+    pool = ClientPool(
+        units,
+        ledger=ledger,
+        seed=seed,
+        unit=spec.privacy.unit,
+        allow_nonprivate=math.isinf(spec.privacy.epsilon),
+        simulated=spec.privacy.guarantee == "simulated",
+        independence_checks=INDEPENDENCE_CHECKS,  # every run, `guarantee: simulated` too
+        executor=launch.client_worker(units, run_dir) if isolated else None,
+        local_trainer=LocalLMTrainer(lambda: profile.conditional_lm()),
+        preference_policy=lambda: profile.preference_policy(),
+        release_log=ReleaseLog(run_dir / RELEASES) if private else None,
+    )
+    ctx = MethodContext(
+        pool=pool,
+        public=own_copy(split.records("public")),
+        validation=own_copy(split.records("validation")),
+        profile=profile,
+        privacy=spec.privacy,
+        seed=spec.seed,
+        work_dir=work_dir,
+        diagnostics=Diagnostics(run_dir),
+    )
+    try:
+        if isolated:
+            launch.warm(evaluation_start(ctx, "public"))
+            method: Any = launch.method(resolved, pool, run_dir)
+        else:
+            method = InProcessMethod(method_cls(resolved.method_config), ctx, spec.seed)
+        try:
+            return _drive(
+                method, spec, resolved, split, pool, ctx, run_dir, role, stop_after_round,
+                canaries, shares_rounds,
+            )  # fmt: skip
         finally:
-            if isolated:  # also where the method process failed to start
-                launch.close()
+            method.close()
+    finally:
+        if isolated:  # also where the method process failed to start
+            launch.close()
 
 
-def fork_rounds(runs_root: Path, run_dir: Path, run_key: str, rounds: str) -> str | None:
+def fork_rounds(runs_root: Path, run_dir: Path, run_key: str, rounds: str, secret: bool) -> bool:
     """Start the new run ``run_key`` in ``run_dir`` from the last round of the finished run
-    holding the rounds ``rounds`` (:mod:`benchmark.shared_rounds`): its checkpoint, under
-    this run's key, and its secret noise seed. Only into a run directory nothing has run
-    in (no seed drawn, so no release delivered that a method process could have kept in its
-    scratch); returns the donor's run key, or None (the run runs its own rounds)."""
-    if (run_dir / POOL_SEED).exists() or (run_dir / CHECKPOINT).exists():
-        return None
-    if (run_dir / RELEASES).exists() or (run_dir / "work").exists():
-        return None
+    that holds the rounds ``rounds`` (:mod:`benchmark.shared_rounds`): that run's checkpoint,
+    under this run's key, and its secret noise seed (when the noise is ``secret``). Whether
+    the run is a fork.
+
+    Only a run directory no method has started in (no ``work/``) is forked: a killed run's
+    method process may have kept deliveries in its scratch, so it resumes its own rounds.
+    The marker (:data:`ROUNDS_FROM`) is written last, so a fork interrupted before it left
+    files of no run, which are dropped and the fork is made again. A donor that cannot be
+    read is no donor: the run runs its own rounds."""
+    if (run_dir / ROUNDS_FROM).exists():
+        return True
+    if (run_dir / "work").exists():
+        return False
+    for name in (CHECKPOINT, POOL_SEED):  # a fork's, interrupted before its marker
+        (run_dir / name).unlink(missing_ok=True)
     donor = donor_of(runs_root, rounds)
     if donor is None or donor == run_key:
-        return None
+        return False
     donor_dir = path_under(runs_root, donor, where="rounds donor")
-    if not (donor_dir / RESULT).exists() or not (donor_dir / CHECKPOINT).exists():
-        return None
-    saved = resume_checkpoint(donor_dir / CHECKPOINT, donor)
-    if not finish_released_nothing(json.loads((donor_dir / RESULT).read_text()), saved):
-        return None
-    if (donor_dir / POOL_SEED).exists():
-        atomic_write(run_dir / POOL_SEED, (donor_dir / POOL_SEED).read_text())
-    atomic_write(run_dir / ROUNDS_FROM, json.dumps({"run_key": donor}))
+    try:
+        if not (donor_dir / RESULT).exists() or (donor_dir / ROUNDS_FROM).exists():
+            return False  # unfinished, or a fork itself: only a run's own rounds are shared
+        blob = (donor_dir / CHECKPOINT).read_bytes()
+        saved = resume_checkpoint(io.BytesIO(blob), donor)
+        seed = (donor_dir / POOL_SEED).read_text() if secret else None
+    except (OSError, UnsafeCheckpointError):
+        return False
+    if seed is not None:
+        atomic_write(run_dir / POOL_SEED, seed)
     _save_checkpoint(run_dir, {**saved, "run_key": run_key}, saved["next_round"] - 1)
-    return donor
+    atomic_write(run_dir / ROUNDS_FROM, json.dumps(rounds_identity(donor, blob)))
+    return True
 
 
-def rounds_from(run_dir: Path) -> str | None:
-    """The run whose private rounds the run in ``run_dir`` post-processed, if any."""
+def rounds_from(run_dir: Path) -> dict[str, str] | None:
+    """The rounds a fork in ``run_dir`` post-processed (:func:`rounds_identity`), if it is one."""
     path = run_dir / ROUNDS_FROM
-    return json.loads(path.read_text())["run_key"] if path.exists() else None
+    return json.loads(path.read_text()) if path.exists() else None
 
 
 @contextlib.contextmanager
@@ -496,9 +530,13 @@ def _drive(
     role: str,
     stop_after_round: int | None,
     canaries: CanaryPlan | None = None,
+    shares_rounds: bool = False,
 ) -> RunResult:
-    """Rounds, checkpoints, the release, the budget check, evaluation and the record."""
+    """Rounds, checkpoints, the release, the budget check, evaluation and the record.
+    ``shares_rounds``: the method declares post-processing keys, so the record names the
+    rounds its release was made from (:mod:`benchmark.shared_rounds`)."""
     ledger = pool.ledger
+    forked = rounds_from(run_dir)
     build_requested(method.cache_requests(), lambda: ctx.profile.preference_generator())
     checkpoint_path = run_dir / CHECKPOINT
     if checkpoint_path.exists():
@@ -508,6 +546,8 @@ def _drive(
         ledger.releases[:] = PrivacyLedger.from_json(saved["ledger"]).releases
         pool.open_release_log()  # charges what was delivered since the checkpoint
         method.resume(saved["method_state"])
+        if forked is not None:  # another run's noise, seed and release counter: no calls
+            pool.seal("this run post-processes another run's private rounds")
     else:
         start, elapsed = 0, 0.0
         pool.open_release_log()  # a run killed before its first checkpoint delivered some
@@ -534,6 +574,11 @@ def _drive(
             memo_seconds += time.perf_counter() - asked
 
     rounds = range(start, method.num_rounds())
+    if forked is not None and start != method.num_rounds():
+        raise PrivacyError(
+            f"{spec.method.name}: the run it post-processes stopped after {start} rounds, this "
+            f"one has {method.num_rounds()}: a declared post-processing key changes the rounds"
+        )
     for r in progress(rounds, f"{spec.method.name} rounds", total=len(rounds), unit="round"):
         state = method.round(r)
         check_budget(ledger, spec)
@@ -595,9 +640,11 @@ def _drive(
         if spec.privacy.call_seconds is not None
         else None,
     )
-    donor = rounds_from(run_dir)
-    if donor is not None:
-        record["rounds_from"] = donor
+    if shares_rounds:  # the rounds the release was made from: this run's, or a donor's
+        own = run_dir / CHECKPOINT
+        made_from = forked or (own.exists() and rounds_identity(resolved.run_key, own.read_bytes()))
+        if made_from:
+            record["rounds"] = made_from
     if refused:
         write_record(record, run_dir / REFUSED)
         raise ReleaseRefused(

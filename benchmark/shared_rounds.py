@@ -8,25 +8,32 @@ and picking the best of them costs more than one run's ε (Papernot & Steinke 20
 run whose spec differs from a finished run's only in the method's declared
 :attr:`~benchmark.method.Method.post_processing` keys takes that run's state after its last
 round (checkpoint, ledger, secret noise seed) and runs only ``finish`` and the evaluation.
-It is cheaper too: the rounds are most of an LLM method's run.
+It is cheaper too: the rounds are over half of an LLM method's run.
 
 What keeps it sound with a hostile adapter, whose declaration is only a claim:
-- the rounds' key holds everything the rounds could depend on (split, method and its other
-  config, privacy spec, seed, profile, and whether the canary audit holds units out), so
-  only the declared keys differ;
-- a donor is a *finished* run whose ``finish`` released nothing private (its record's ledger
-  equals its last checkpoint's): the fork resumes after the last round, and any private
-  call its ``finish`` makes is new, charged to its own ledger and checked against its
-  budget as every release is;
-- the fork copies the donor's secret noise seed, so the canary audit holds out the same
-  units the rounds trained without;
-- the fork's record names the donor (``rounds_from``), and its ε is the one run's.
+- a fork's pool is sealed: it refuses every call (``ClientPool.seal``). The fork holds the
+  donor's seed and release counter, so a call would draw the noise of the donor's next
+  call, which other forks or the donor's own ``finish`` may have drawn already, and the
+  difference of two such releases is an exact sum. So a fork's release is a function of
+  the donor's state after its rounds and of public data only, whatever its ``finish`` does,
+  and its ledger (the donor's rounds') is all it depends on; it runs no rounds either;
+- the rounds' key holds everything else the rounds could depend on (split, the method's
+  other config, privacy spec, seed, profile and its models, whether the canary audit holds
+  units out), so a run shares rounds only with runs that differ in the declared keys. A key
+  declared falsely can only make a record's config misdescribe its rounds, never its ε;
+- the fork copies the donor's secret noise seed, so the canary audit holds out the units
+  the rounds trained without;
+- only a run's own rounds are shared (a fork is never a donor), and every record of a
+  method that declares keys names the rounds it was made from (``rounds``: the run and the
+  sha256 of its checkpoint after the last round), which is what a tuning report's claim
+  that its selection was free is checked against (:func:`accounting_of`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +43,9 @@ from benchmark.registry import path_under
 from benchmark.spec import ResolvedSpec, SpecError
 
 DONORS = ".rounds"  # under the runs root: rounds key -> the finished run that holds them
-ROUNDS_METRICS = ("canary",)  # evaluation settings that change what the rounds train on
+# evaluation metrics that change what the rounds train on: the canary audit holds real
+# units out of training (benchmark.federation.canaries)
+TRAINING_METRICS = ("canary",)
 
 
 def check_post_processing(keys: Any, config: dict[str, Any], where: str) -> tuple[str, ...]:
@@ -49,45 +58,77 @@ def check_post_processing(keys: Any, config: dict[str, Any], where: str) -> tupl
     return tuple(sorted(set(keys)))
 
 
-def rounds_key(resolved: ResolvedSpec, post_processing: Sequence[str]) -> str:
-    """A digest of everything a run's private rounds may depend on: its resolved spec less
-    the post-processing keys and the evaluation's metrics other than :data:`ROUNDS_METRICS`."""
+def rounds_key(
+    resolved: ResolvedSpec, post_processing: Sequence[str], models: dict[str, Any]
+) -> str:
+    """A digest of everything a run's private rounds may depend on: its resolved spec (the
+    method's resolved config less the post-processing keys; the evaluation only as whether
+    a :data:`TRAINING_METRICS` audit holds units out) and the profile's ``models``."""
     data = resolved.to_dict()
-    for part in ("params", "config"):  # as the spec gave them, and resolved
-        data["method"][part] = {
-            k: v for k, v in data["method"][part].items() if k not in post_processing
-        }
+    method = data["method"]
+    method.pop("params")  # the resolved config holds them
+    method["config"] = {k: v for k, v in method["config"].items() if k not in post_processing}
     metrics = data.pop("evaluation")["metrics"]
-    data["rounds_metrics"] = [m for m in metrics if m["name"] in ROUNDS_METRICS]
+    data["training_metrics"] = sorted({m["name"] for m in metrics} & set(TRAINING_METRICS))
+    data["models"] = models
     blob = json.dumps(data, sort_keys=True, default=str).encode()
     return f"{resolved.spec.method.name}__{hashlib.sha256(blob).hexdigest()[:24]}"
 
 
+def rounds_identity(run_key: str, checkpoint: bytes) -> dict[str, str]:
+    """Which rounds a release was made from: the run that ran them and the sha256 of its
+    checkpoint after the last one (a run deleted and run again under the same key has
+    other rounds)."""
+    return {"run_key": run_key, "checkpoint_sha256": hashlib.sha256(checkpoint).hexdigest()}
+
+
 def _donor_file(runs_root: Path, key: str) -> Path:
-    (runs_root / DONORS).mkdir(parents=True, exist_ok=True)
     return path_under(runs_root / DONORS, f"{key}.json", where="rounds key")
 
 
 def register_donor(runs_root: Path, key: str, run_key: str) -> None:
-    """Name the finished run ``run_key`` as the holder of the rounds ``key`` (the first one
-    to finish keeps it)."""
+    """Name the finished run ``run_key`` as the holder of the rounds ``key``, unless a run
+    that still exists holds them (the first to register keeps them)."""
     path = _donor_file(runs_root, key)
-    if not path.exists():
-        atomic_write(path, json.dumps({"run_key": run_key}))
+    holder = donor_of(runs_root, key)
+    if holder is not None and (runs_root / holder).is_dir():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = json.dumps({"run_key": run_key}).encode()
+    if holder is None:
+        try:  # created at once or not at all: two finishing runs cannot both take it
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return
+        with os.fdopen(fd, "wb") as out:
+            out.write(body)
+    else:  # the holder's directory is gone
+        atomic_write(path, body)
 
 
 def donor_of(runs_root: Path, key: str) -> str | None:
-    """The run key of the finished run that holds the rounds ``key``, if any."""
+    """The run key of the run registered as holding the rounds ``key``, if any."""
     path = _donor_file(runs_root, key)
-    if not path.exists():
+    try:
+        run_key = json.loads(path.read_text()).get("run_key")
+    except (OSError, ValueError, AttributeError):
         return None
-    run_key = json.loads(path.read_text()).get("run_key")
     return run_key if isinstance(run_key, str) else None
 
 
-def finish_released_nothing(record: dict[str, Any], checkpoint: dict[str, Any]) -> bool:
-    """Whether the finished run's ``finish`` made no private release: its record's ledger
-    is its last checkpoint's."""
-    return json.dumps(record["privacy"]["ledger"], sort_keys=True) == json.dumps(
-        checkpoint["ledger"], sort_keys=True
-    )
+def accounting_of(records: Sequence[dict[str, Any]]) -> str:
+    """What a selection over ``records`` costs: nothing beyond one run's ε when every one
+    was made from the same rounds (their ``rounds``), else the uncharged note."""
+    made_from = {json.dumps(r.get("rounds"), sort_keys=True) for r in records}
+    shared = len(made_from) == 1 and all(r.get("rounds") for r in records)
+    return SHARED_NOTE if shared else UNCHARGED_NOTE
+
+
+UNCHARGED_NOTE = (
+    "selection over the candidates is not charged to epsilon (as in the papers); each "
+    "entry's epsilon is one run's"
+)
+SHARED_NOTE = (
+    "every candidate post-processes the same run's private rounds (rounds), so "
+    "selection over them costs no privacy beyond that run's epsilon"
+)

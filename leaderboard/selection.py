@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from benchmark.shared_rounds import accounting_of
 from leaderboard.directions import lower_is_better
 
 # The validation metrics that may select. The downstream protocol's validation accuracy is
@@ -96,6 +97,8 @@ def check_report(report: Mapping[str, Any], records: Mapping[str, Mapping[str, A
             raise ValueError(f"candidate {candidate['params']}: its record ran something else")
         if not _same(record["metrics"].get(select), candidate["value"]):
             raise ValueError(f"candidate {candidate['params']}: value is not its record's")
+    if report.get("accounting") != accounting_of([records[c["run_key"]] for c in candidates]):
+        raise ValueError("accounting is not what the candidates' records show")
     values = [float(c["value"]) for c in candidates]
     if candidates[best_index(values, report["lower_is_better"])]["params"] != report["selected"]:
         raise ValueError("selected is not the candidate with the best validation value")

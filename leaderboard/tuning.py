@@ -41,25 +41,13 @@ from typing import Any
 
 from benchmark.records import json_epsilon
 from benchmark.registry import METHODS
+from benchmark.shared_rounds import TRAINING_METRICS, accounting_of
 from leaderboard.executors import Executor, Job
 from leaderboard.selection import DEFAULT_SELECT, best_index, check_selectable, grid_points
 from leaderboard.signing import sign_entry
 from leaderboard.store import write_tuning
 from leaderboard.store_index import update_index
 from leaderboard.suites import Suite, check_refusals, open_store, run_jobs
-
-UNCHARGED_NOTE = (
-    "selection over the candidates is not charged to epsilon (as in the papers); each "
-    "entry's epsilon is one run's"
-)
-SHARED_NOTE = (
-    "every candidate post-processes the same run's private rounds (rounds_from), so "
-    "selection over them costs no privacy beyond that run's epsilon"
-)
-# Metrics that change what a run trains on, not only what is measured: the canary audit
-# holds out half its canaries, real units (fewer units, another sampling rate and noise), so a
-# candidate keeps it to tune the pipeline the suite runs.
-TRAINING_METRICS = ("canary",)
 
 
 def measured_suite(suite: Suite, select: str) -> Suite:
@@ -104,15 +92,15 @@ def tune(
         for i, point in enumerate(points)
     ]
     found: dict[int, tuple[str, float]] = {}
-    rounds: set[str] = set()  # the runs whose private rounds the candidates released
+    records: dict[int, dict[str, Any]] = {}
     # a grid of post-processing keys: the first candidate's rounds, then the others' forks
-    stem_first = set(grid) <= set(METHODS.get(method).post_processing)
+    stem_first = set(grid) <= set(METHODS.get(suite.method_of(method)).post_processing)
     for batch in [jobs[:1], jobs[1:]] if stem_first else [jobs]:
         for job, run_key, record in run_jobs(store, batch, runs_root=runs_root, executor=executor):
             if select not in record["metrics"]:
                 raise ValueError(f"select: {select!r} is not among the metrics {method} recorded")
             found[int(job.label)] = (run_key, float(record["metrics"][select]))
-            rounds.add(record.get("rounds_from", run_key))
+            records[int(job.label)] = record
             if on_run:
                 on_run(f"{method} {points[int(job.label)]}")
     check_refusals(store)
@@ -133,7 +121,7 @@ def tune(
             for i, point in enumerate(points)
         ],
         "selected": points[best_index(values, lower_is_better)],
-        "accounting": SHARED_NOTE if len(rounds) == 1 else UNCHARGED_NOTE,
+        "accounting": accounting_of([records[i] for i in range(len(points))]),
     }
     signed = sign_entry(report, store.key)
     path = write_tuning(results_root, signed)

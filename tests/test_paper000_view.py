@@ -38,11 +38,13 @@ def test_under_the_generic_start_every_method_with_a_public_start_skips_it(suite
     """Paper 000's ε = 0 row is the checkpoint untouched: every method of a generic-start
     suite that fine-tunes on public texts first does so for zero epochs."""
     own_start = [
-        m for m in suite.methods if "public_epochs" in METHODS.get(m).resolve_config("cpu", {})
+        m
+        for m in suite.methods
+        if "public_epochs" in METHODS.get(suite.method_of(m)).resolve_config("cpu", {})
     ]
     assert own_start
-    for method in own_start:
-        assert suite.method_params[method]["public_epochs"] == 0, method
+    for row in own_start:
+        assert suite.method_params[suite.method_of(row)]["public_epochs"] == 0, row
 
 
 def test_the_generic_start_is_the_checkpoint_and_the_public_start_is_not():

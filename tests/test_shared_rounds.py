@@ -1,14 +1,19 @@
 """Runs that differ only in a method's post-processing keys share one run's private rounds
-(benchmark.shared_rounds): the same noise, ledger and secret seed, never a second DP run."""
+(benchmark.shared_rounds): the same noise, ledger and secret seed, never a second DP run,
+and a fork's pool takes no calls."""
 
 import json
+import shutil
 
 import pytest
-from doubles import StubProfile, make_split
+from doubles import PostProcessed, StubProfile, make_split
 
+from benchmark.privacy.errors import PrivacyError
 from benchmark.runner import RunInterrupted, rounds_from, run
 from benchmark.shared_rounds import rounds_key
 from benchmark.spec import ResolvedSpec, SpecError, spec_from_dict
+
+SEED = "pool_seed.secret"
 
 
 def spec(params=None, metrics=None, **privacy):
@@ -38,73 +43,102 @@ def test_a_run_differing_only_in_post_processing_post_processes_the_first_ones_r
     second = go(tmp_path, spec({"tag": "b"}))
     assert first.run_key != second.run_key
     assert released(second) == (released(first)[0], "b")  # the same noise: secret seeds
-    assert second.record["rounds_from"] == first.run_key and "rounds_from" not in first.record
+    made_from = first.record["rounds"]
+    assert made_from["run_key"] == first.run_key and len(made_from["checkpoint_sha256"]) == 64
+    assert second.record["rounds"] == made_from and rounds_from(first.run_dir) is None
     assert second.record["privacy"] == first.record["privacy"]  # one run's ε and ledger
-    seed = "pool_seed.secret"
-    assert (second.run_dir / seed).read_text() == (first.run_dir / seed).read_text()
+    assert (second.run_dir / SEED).read_text() == (first.run_dir / SEED).read_text()
+    third = go(tmp_path, spec({"tag": "c"}))  # a fork is never a donor: the first's rounds
+    assert third.record["rounds"] == made_from
     # a run with its own rounds (another non-post-processing parameter) draws its own noise
     other = go(tmp_path, spec({"tag": "b", "rounds": 2}))
-    assert "rounds_from" not in other.record
+    assert other.record["rounds"]["run_key"] == other.run_key
     assert released(other)[0] != released(first)[0][:2]
     assert go(tmp_path, spec({"tag": "b"})).record == second.record  # finished: reused
 
 
-def test_a_donor_whose_finish_released_is_not_shared(tmp_path):
-    sigma = {"noise_multiplier": 5.0}  # leaves budget for the late release
+def test_a_forks_pool_takes_no_calls(tmp_path):
+    """The fork holds the donor's seed and release counter: a call in its finish would
+    draw the noise another fork's (or the donor's own) finish drew, and two such releases
+    subtract to an exact sum. So it is refused, before any client code runs."""
+    sigma = {"noise_multiplier": 5.0}  # leaves budget for a release in finish
     first = go(tmp_path, spec({"tag": "a", "release_in_finish": True, **sigma}))
     assert len(first.record["privacy"]["ledger"]) == 4  # three rounds and the late release
-    second = go(tmp_path, spec({"tag": "b", **sigma}))
-    assert "rounds_from" not in second.record
-    assert released(second)[0] != released(first)[0]
+    with pytest.raises(PrivacyError, match="takes no calls"):
+        go(tmp_path, spec({"tag": "b", "release_in_finish": True, **sigma}))
+    second = go(tmp_path, spec({"tag": "c", **sigma}))  # its finish calls nothing: shared
+    assert second.record["rounds"] == first.record["rounds"]
+    assert second.record["privacy"]["ledger"] == first.record["privacy"]["ledger"][:3]
 
 
-def test_only_a_run_directory_nothing_ran_in_is_forked(tmp_path):
+def test_a_declared_key_that_changes_the_rounds_fails_the_fork(tmp_path, monkeypatch):
+    monkeypatch.setattr(PostProcessed, "post_processing", ("tag", "rounds"))
+    go(tmp_path, spec({"tag": "a"}))
+    with pytest.raises(PrivacyError, match="stopped after 3 rounds, this one has 2"):
+        go(tmp_path, spec({"tag": "b", "rounds": 2}))
+
+
+def test_only_a_run_directory_no_method_started_in_is_forked(tmp_path):
     """A run killed before has its own secret seed and maybe deliveries its method process
     kept in its scratch: it resumes its own rounds, never another run's."""
     with pytest.raises(RunInterrupted):
         go(tmp_path, spec({"tag": "b"}), stop_after_round=1)
     first = go(tmp_path, spec({"tag": "a"}))
     second = go(tmp_path, spec({"tag": "b"}))
-    assert rounds_from(second.run_dir) is None and "rounds_from" not in second.record
+    assert second.record["rounds"]["run_key"] == second.run_key
     assert released(second)[0] != released(first)[0]
 
 
-def test_a_fork_interrupted_after_the_fork_resumes_as_a_fork(tmp_path, monkeypatch):
+def test_a_fork_interrupted_before_or_after_its_marker_ends_as_a_fork(tmp_path, monkeypatch):
     first = go(tmp_path, spec({"tag": "a"}))
     import benchmark.runner as runner
 
     def killed(*args, **kwargs):
-        raise KeyboardInterrupt  # the process dies in the release
+        raise KeyboardInterrupt  # the process dies
 
-    monkeypatch.setattr(runner, "checked_artifact", killed)
+    monkeypatch.setattr(runner, "checked_artifact", killed)  # in the release: marked
     with pytest.raises(KeyboardInterrupt):
         go(tmp_path, spec({"tag": "b"}))
+    save = runner._save_checkpoint
+
+    def saved_then_killed(*args, **kwargs):
+        save(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "_save_checkpoint", saved_then_killed)  # before the marker
+    with pytest.raises(KeyboardInterrupt):
+        go(tmp_path, spec({"tag": "c"}))
     monkeypatch.undo()
-    second = go(tmp_path, spec({"tag": "b"}))
-    assert second.record["rounds_from"] == first.run_key
-    assert released(second) == (released(first)[0], "b")
+    marked = go(tmp_path, spec({"tag": "b"}))
+    assert marked.record["rounds"] == first.record["rounds"]
+    assert released(marked) == (released(first)[0], "b")
+    # the donor is gone: the unmarked fork's files (the donor's seed, its state) are dropped
+    # and the run runs its own rounds, with a seed of its own
+    donor_seed = (first.run_dir / SEED).read_text()
+    shutil.rmtree(first.run_dir)
+    own = go(tmp_path, spec({"tag": "c"}))
+    assert own.record["rounds"]["run_key"] == own.run_key
+    assert (own.run_dir / SEED).read_text() != donor_seed
+    assert released(own)[0] != released(first)[0]
 
 
 def test_the_rounds_key_holds_everything_the_rounds_read_but_the_declared_keys():
-    from benchmark.registry import METHODS
-
-    cls = METHODS.get("test_post_processed")
-
-    def key(s):
-        config = cls.resolve_config("tiny", s.method.params)
-        return rounds_key(ResolvedSpec(s, config, "toy", "v-test"), cls.post_processing)
+    def key(s, models=None):
+        config = PostProcessed.resolve_config("tiny", s.method.params)
+        resolved = ResolvedSpec(s, config, "toy", "v-test")
+        return rounds_key(resolved, PostProcessed.post_processing, models or {"m": 1})
 
     base = key(spec({"tag": "a"}))
     assert key(spec({"tag": "b", "release_in_finish": True})) == base
+    assert key(spec({"tag": "a", "rounds": 3})) == base  # a default, given or not
     assert key(spec({"tag": "a"}, metrics=[{"name": "next_token", "settings": {}}])) == base
     assert key(spec({"rounds": 2})) != base
     assert key(spec(epsilon=3.0)) != base
+    assert key(spec(), models={"m": 2}) != base
     assert key(spec(metrics=[{"name": "canary", "settings": {}}])) != base  # holds units out
 
 
 def test_a_declared_key_must_be_a_config_key(tmp_path, monkeypatch):
-    from doubles import PostProcessed
-
     monkeypatch.setattr(PostProcessed, "post_processing", ("tag", "noise"))
     with pytest.raises(SpecError, match="'noise' is not a key of the method's config"):
         go(tmp_path, spec())
@@ -112,8 +146,13 @@ def test_a_declared_key_must_be_a_config_key(tmp_path, monkeypatch):
 
 @pytest.mark.end_to_end
 def test_the_isolated_path_forks_too(tmp_path):
-    """The declaration comes from the sandboxed describe process."""
+    """The declaration comes from the sandboxed describe process; the sealed pool is the
+    coordinator's."""
     first = go(tmp_path, spec({"tag": "a"}), isolated=True)
     second = go(tmp_path, spec({"tag": "b"}), isolated=True)
-    assert second.record["rounds_from"] == first.run_key
+    assert second.record["rounds"] == first.record["rounds"]
     assert released(second) == (released(first)[0], "b")
+    sigma = {"noise_multiplier": 5.0}
+    go(tmp_path, spec({"tag": "a", **sigma}), isolated=True)
+    with pytest.raises(PrivacyError, match="takes no calls"):
+        go(tmp_path, spec({"tag": "b", "release_in_finish": True, **sigma}), isolated=True)

@@ -8,12 +8,13 @@ import shutil
 
 import pytest
 
+from benchmark.shared_rounds import SHARED_NOTE, UNCHARGED_NOTE
 from leaderboard.catalog import SUITES
 from leaderboard.cli.suite import parse_grid
 from leaderboard.selection import best_index, grid_points
 from leaderboard.signing import host_key, sign_entry
 from leaderboard.store import record_files
-from leaderboard.tuning import SHARED_NOTE, UNCHARGED_NOTE, tune
+from leaderboard.tuning import tune
 from leaderboard.verify import verify_tree
 
 pytestmark = pytest.mark.end_to_end  # scheduled first (tests/conftest.py)
@@ -83,15 +84,22 @@ def problems(results, path):
 
 def test_a_release_sampling_grid_post_processes_one_runs_private_rounds(tmp_path):
     """The first candidate runs the rounds; the others only sample the release again from
-    them (benchmark.shared_rounds), so the report can say the selection costs no privacy."""
-    roots = {"results_root": tmp_path / "results", "splits_root": tmp_path / "splits"}
+    them (benchmark.shared_rounds), so the report can say the selection costs no privacy,
+    and verify checks that claim against the candidates' records."""
+    results = tmp_path / "results"
+    roots = {"results_root": results, "splits_root": tmp_path / "splits"}
     grid = {"release_temperature": [1.0, 0.7]}
-    report, _ = tune(SUITES["tiny"], "pre_text", grid, runs_root=tmp_path / "runs", **roots)
+    report, path = tune(SUITES["tiny"], "pre_text", grid, runs_root=tmp_path / "runs", **roots)
     first, second = (c["run_key"] for c in report["candidates"])
-    records = {r.stem: json.loads(r.read_text()) for r in record_files(tmp_path / "results")}
-    assert records[second]["rounds_from"] == first and "rounds_from" not in records[first]
+    records = {r.stem: json.loads(r.read_text()) for r in record_files(results)}
+    assert records[second]["rounds"] == records[first]["rounds"]
+    assert records[first]["rounds"]["run_key"] == first
     assert records[second]["privacy"]["ledger"] == records[first]["privacy"]["ledger"]
     assert report["accounting"] == SHARED_NOTE
+    assert verify_tree(results, trust_host=True) == []
+    body = {k: v for k, v in report.items() if k != "signature"}
+    path.write_text(json.dumps(sign_entry({**body, "accounting": "free"}, host_key(results))))
+    assert "accounting is not" in problems(results, path)[0]
     # a grid over what the rounds read runs each candidate's own rounds, and says so
     grid = {"population_size": [8, 12]}
     report, _ = tune(SUITES["tiny"], "pre_text", grid, runs_root=tmp_path / "runs", **roots)

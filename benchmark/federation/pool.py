@@ -172,6 +172,7 @@ class ClientPool:
         self._log_open = False
         self._sequence = 0
         self._replays: list[Delivery] = []
+        self._sealed = ""  # why the pool takes no more calls (benchmark.shared_rounds)
 
     def __getattr__(self, name: str) -> Any:
         raise ServerAccessError(
@@ -257,6 +258,12 @@ class ClientPool:
         if self._log is not None:
             self._log.prune(self._sequence)
 
+    def seal(self, reason: str) -> None:
+        """Refuse every later call, saying ``reason`` (the runner, for a run that
+        post-processes another run's rounds: its seed and release counter are that run's,
+        so a call would draw noise that run may have drawn already)."""
+        self._sealed = reason
+
     def _delivered(
         self,
         op: str,
@@ -264,9 +271,12 @@ class ClientPool:
         compute: Callable[[], Any],
         release: Release | None = None,
     ) -> Any:
-        """The value of one call: replayed from the release log if this call was
-        delivered before the run was interrupted, else computed (``release`` admitted by
-        the budget first) and logged before it is returned."""
+        """The value of one call (every operation's, before any client code runs):
+        replayed from the release log if this call was delivered before the run was
+        interrupted, else computed (``release`` admitted by the budget first) and logged
+        before it is returned."""
+        if self._sealed:
+            raise PrivacyError(f"pool.{op}: the client pool takes no calls: {self._sealed}")
         call = ""
         if self._log is not None:
             if not self._log_open:

@@ -25,6 +25,10 @@ def centralized(
             "centralized access to client data is only allowed in a non-private run "
             "(privacy.epsilon: inf)"
         )
-    result = pool._executor.run_all(train_fn)
-    pool._record(Release(NONPRIVATE, 0.0, math.inf, 1.0, 1, label, unit=pool._unit))
-    return result
+
+    def compute() -> Any:
+        result = pool._executor.run_all(train_fn)
+        pool._record(Release(NONPRIVATE, 0.0, math.inf, 1.0, 1, label, unit=pool._unit))
+        return result
+
+    return pool._delivered("centralized", {"label": label}, compute)
