@@ -42,6 +42,7 @@ from benchmark.checkpoints import (
 from benchmark.data import FederatedSplit, group_by_client
 from benchmark.evaluation.verbatim import check_release
 from benchmark.federation.canaries import CanaryPlan, audited_units, plan_canaries
+from benchmark.federation.client_calls import NoClients
 from benchmark.federation.local_dp_sgd import LocalLMTrainer
 from benchmark.federation.pool import INDEPENDENCE_CHECKS, ClientPool
 from benchmark.federation.quarantine import Diagnostics
@@ -384,6 +385,7 @@ def _start(
     """The held, unfinished run: its pool, method (``launch``'s sandboxed one, else
     ``method_cls`` in this process) and :func:`_drive`."""
     isolated = launch is not None
+    forked = rounds_from(run_dir) is not None
     (run_dir / "spec.json").write_text(json.dumps(resolved.to_dict(), indent=1))
 
     private = not math.isinf(spec.privacy.epsilon)
@@ -394,6 +396,11 @@ def _start(
     canaries = canary_plan(spec, units, seed)
     if canaries is not None:
         units = audited_units(units, canaries)
+    clients = None  # client code in this process (tests)
+    if forked:  # none at all: the release post-processes another run's rounds
+        clients = NoClients()
+    elif isolated:
+        clients = launch.client_worker(units, run_dir)
     pool = ClientPool(
         units,
         ledger=ledger,
@@ -402,11 +409,13 @@ def _start(
         allow_nonprivate=math.isinf(spec.privacy.epsilon),
         simulated=spec.privacy.guarantee == "simulated",
         independence_checks=INDEPENDENCE_CHECKS,  # every run, `guarantee: simulated` too
-        executor=launch.client_worker(units, run_dir) if isolated else None,
+        executor=clients,
         local_trainer=LocalLMTrainer(lambda: profile.conditional_lm()),
         preference_policy=lambda: profile.preference_policy(),
         release_log=ReleaseLog(run_dir / RELEASES) if private else None,
     )
+    if forked:  # another run's seed and release counter: no call, before any (and resume)
+        pool.seal("this run post-processes another run's private rounds")
     ctx = MethodContext(
         pool=pool,
         public=own_copy(split.records("public")),
@@ -435,40 +444,36 @@ def _start(
             launch.close()
 
 
-def fork_rounds(runs_root: Path, run_dir: Path, run_key: str, rounds: str, secret: bool) -> bool:
+def fork_rounds(runs_root: Path, run_dir: Path, run_key: str, rounds: str, secret: bool) -> None:
     """Start the new run ``run_key`` in ``run_dir`` from the last round of the finished run
     that holds the rounds ``rounds`` (:mod:`benchmark.shared_rounds`): that run's checkpoint,
-    under this run's key, and its secret noise seed (when the noise is ``secret``). Whether
-    the run is a fork.
+    under this run's key, and its secret noise seed (when the noise is ``secret``).
 
     Only a run directory no method has started in (no ``work/``) is forked: a killed run's
     method process may have kept deliveries in its scratch, so it resumes its own rounds.
     The marker (:data:`ROUNDS_FROM`) is written last, so a fork interrupted before it left
     files of no run, which are dropped and the fork is made again. A donor that cannot be
     read is no donor: the run runs its own rounds."""
-    if (run_dir / ROUNDS_FROM).exists():
-        return True
-    if (run_dir / "work").exists():
-        return False
+    if (run_dir / ROUNDS_FROM).exists() or (run_dir / "work").exists():
+        return  # forked before, or its own rounds began
     for name in (CHECKPOINT, POOL_SEED):  # a fork's, interrupted before its marker
         (run_dir / name).unlink(missing_ok=True)
     donor = donor_of(runs_root, rounds)
     if donor is None or donor == run_key:
-        return False
+        return
     donor_dir = path_under(runs_root, donor, where="rounds donor")
     try:
         if not (donor_dir / RESULT).exists() or (donor_dir / ROUNDS_FROM).exists():
-            return False  # unfinished, or a fork itself: only a run's own rounds are shared
+            return  # unfinished, or a fork itself: only a run's own rounds are shared
         blob = (donor_dir / CHECKPOINT).read_bytes()
         saved = resume_checkpoint(io.BytesIO(blob), donor)
         seed = (donor_dir / POOL_SEED).read_text() if secret else None
     except (OSError, UnsafeCheckpointError):
-        return False
+        return
     if seed is not None:
         atomic_write(run_dir / POOL_SEED, seed)
     _save_checkpoint(run_dir, {**saved, "run_key": run_key}, saved["next_round"] - 1)
     atomic_write(run_dir / ROUNDS_FROM, json.dumps(rounds_identity(donor, blob)))
-    return True
 
 
 def rounds_from(run_dir: Path) -> dict[str, str] | None:
@@ -544,10 +549,11 @@ def _drive(
         start, elapsed = saved["next_round"], saved["elapsed"]
         pool.load_state_dict(saved["pool"])
         ledger.releases[:] = PrivacyLedger.from_json(saved["ledger"]).releases
-        pool.open_release_log()  # charges what was delivered since the checkpoint
+        if pool.open_release_log() and forked:  # charges what was delivered since it
+            raise PrivacyError("a run that post-processes another's rounds delivered a release")
         method.resume(saved["method_state"])
-        if forked is not None:  # another run's noise, seed and release counter: no calls
-            pool.seal("this run post-processes another run's private rounds")
+    elif forked:
+        raise PrivacyError(f"{run_dir}: a fork of another run's rounds without its checkpoint")
     else:
         start, elapsed = 0, 0.0
         pool.open_release_log()  # a run killed before its first checkpoint delivered some

@@ -11,7 +11,8 @@ round (checkpoint, ledger, secret noise seed) and runs only ``finish`` and the e
 It is cheaper too: the rounds are over half of an LLM method's run.
 
 What keeps it sound with a hostile adapter, whose declaration is only a claim:
-- a fork's pool is sealed: it refuses every call (``ClientPool.seal``). The fork holds the
+- a fork's pool is sealed from the moment it is built, before the method resumes, and no
+  client code runs for it (``ClientPool.seal``, ``NoClients``). The fork holds the
   donor's seed and release counter, so a call would draw the noise of the donor's next
   call, which other forks or the donor's own ``finish`` may have drawn already, and the
   difference of two such releases is an exact sum. So a fork's release is a function of
@@ -25,8 +26,8 @@ What keeps it sound with a hostile adapter, whose declaration is only a claim:
   the rounds trained without;
 - only a run's own rounds are shared (a fork is never a donor), and every record of a
   method that declares keys names the rounds it was made from (``rounds``: the run and the
-  sha256 of its checkpoint after the last round), which is what a tuning report's claim
-  that its selection was free is checked against (:func:`accounting_of`).
+  sha256 of its checkpoint after the last round), which, with the ledgers, is what a tuning
+  report's claim that its selection was free is checked against (:func:`accounting_of`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -88,22 +90,24 @@ def _donor_file(runs_root: Path, key: str) -> Path:
 
 def register_donor(runs_root: Path, key: str, run_key: str) -> None:
     """Name the finished run ``run_key`` as the holder of the rounds ``key``, unless a run
-    that still exists holds them (the first to register keeps them)."""
+    whose directory still exists holds them (the first to register keeps them)."""
     path = _donor_file(runs_root, key)
     holder = donor_of(runs_root, key)
     if holder is not None and (runs_root / holder).is_dir():
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    body = json.dumps({"run_key": run_key}).encode()
-    if holder is None:
-        try:  # created at once or not at all: two finishing runs cannot both take it
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            return
-        with os.fdopen(fd, "wb") as out:
-            out.write(body)
-    else:  # the holder's directory is gone
+    body = json.dumps({"run_key": run_key})
+    if holder is not None or path.exists():  # its holder is gone, or it was never written
         atomic_write(path, body)
+        return
+    staged = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    staged.write_text(body)
+    try:  # whole or not at all, and only if no other finishing run took it first
+        os.link(staged, path)
+    except FileExistsError:
+        pass
+    finally:
+        staged.unlink()
 
 
 def donor_of(runs_root: Path, key: str) -> str | None:
@@ -118,8 +122,11 @@ def donor_of(runs_root: Path, key: str) -> str | None:
 
 def accounting_of(records: Sequence[dict[str, Any]]) -> str:
     """What a selection over ``records`` costs: nothing beyond one run's ε when every one
-    was made from the same rounds (their ``rounds``), else the uncharged note."""
-    made_from = {json.dumps(r.get("rounds"), sort_keys=True) for r in records}
+    was made from the same rounds (their ``rounds``) and released nothing else (the same
+    ledger), else the uncharged note."""
+    made_from = {
+        json.dumps([r.get("rounds"), r["privacy"]["ledger"]], sort_keys=True) for r in records
+    }  # the same rounds, and no release beyond them
     shared = len(made_from) == 1 and all(r.get("rounds") for r in records)
     return SHARED_NOTE if shared else UNCHARGED_NOTE
 

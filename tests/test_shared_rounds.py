@@ -71,6 +71,57 @@ def test_a_forks_pool_takes_no_calls(tmp_path):
     assert second.record["privacy"]["ledger"] == first.record["privacy"]["ledger"][:3]
 
 
+def test_a_fork_makes_no_call_from_its_first_moment(tmp_path, monkeypatch):
+    """Not while it resumes either: a sandboxed method process can send pool calls while
+    the coordinator waits for its answer to ``resume`` (found in review: two sibling forks
+    subtracted their answers to an exact sum). Simulated here by a call from the resume."""
+    from doubles import text_length
+
+    import benchmark.runner as runner
+
+    go(tmp_path, spec({"tag": "a"}))
+    resume = runner.InProcessMethod.resume
+
+    def calling(self, state):
+        pool = self.ctx.pool
+        pool.aggregate(text_length, {}, dim=2, clip_norm=1.0, noise_multiplier=5, label="x")
+        resume(self, state)
+
+    monkeypatch.setattr(runner.InProcessMethod, "resume", calling)
+    with pytest.raises(PrivacyError, match="takes no calls"):
+        go(tmp_path, spec({"tag": "b"}))
+
+
+def test_a_fork_without_its_checkpoint_is_refused_not_run_afresh(tmp_path, monkeypatch):
+    """It holds the donor's seed: run from round 0 it would draw the donor's noise again."""
+    import benchmark.runner as runner
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # the process dies in the release
+
+    go(tmp_path, spec({"tag": "a"}))
+    monkeypatch.setattr(runner, "checked_artifact", killed)
+    with pytest.raises(KeyboardInterrupt):
+        go(tmp_path, spec({"tag": "b"}))
+    monkeypatch.undo()
+    [fork] = [d for d in tmp_path.iterdir() if (d / "rounds_from.json").exists()]
+    (fork / "checkpoint.pt").unlink()
+    with pytest.raises(PrivacyError, match="without its checkpoint"):
+        go(tmp_path, spec({"tag": "b"}))
+
+
+def test_an_unreadable_registry_entry_is_replaced(tmp_path):
+    from benchmark.shared_rounds import DONORS, donor_of, register_donor
+
+    (tmp_path / DONORS).mkdir()
+    (tmp_path / DONORS / "k.json").write_text("")  # a crash between create and write
+    assert donor_of(tmp_path, "k") is None
+    (tmp_path / "run-a").mkdir()
+    register_donor(tmp_path, "k", "run-a")
+    register_donor(tmp_path, "k", "run-b")  # run-a's directory exists: it keeps them
+    assert donor_of(tmp_path, "k") == "run-a"
+
+
 def test_a_declared_key_that_changes_the_rounds_fails_the_fork(tmp_path, monkeypatch):
     monkeypatch.setattr(PostProcessed, "post_processing", ("tag", "rounds"))
     go(tmp_path, spec({"tag": "a"}))

@@ -17,6 +17,7 @@ import numpy as np
 
 from benchmark.federation.clients import ClientBatch, ClientData, client_scope, seeded_rngs
 from benchmark.federation.costs import count_payload
+from benchmark.privacy.errors import PrivacyError
 
 ClientFn = Callable[[ClientData, Any], np.ndarray]
 BatchFn = Callable[[ClientBatch, Any], np.ndarray]
@@ -64,6 +65,22 @@ class ClientExecutor(Protocol):
     def memos(self) -> Any: ...
 
     def load_memos(self, state: Any) -> None: ...
+
+
+class NoClients:
+    """The executor of a sealed pool (a run that post-processes another run's rounds,
+    :mod:`benchmark.shared_rounds`): no client code runs, and the memos it was handed stay
+    unopened."""
+
+    payload_counts = (0, 0)
+
+    def _refuse(self, *args: Any) -> Any:
+        raise PrivacyError("no client code runs for a run that post-processes another's rounds")
+
+    rows = run_all = local_clients = memos = _refuse
+
+    def load_memos(self, state: Any) -> None:
+        pass
 
 
 class InProcessClients:
