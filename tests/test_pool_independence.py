@@ -366,3 +366,24 @@ def test_a_jobs_arrays_travel_out_of_band_as_writable_views_of_its_blob():
     for malformed in (blob[:-1], blob[:3]):
         with pytest.raises(ValueError, match="malformed job"):
             load_job(malformed)
+
+
+def test_a_faint_copy_is_measured_against_a_laplace_sums_own_bound():
+    """Rows of norm ~1e-5 summed under an L1 bound of 1e-3, each carrying client 0's sign
+    pattern at L2 size 2e-6: rows differ from their recomputation by at most 4e-6, within
+    1e-5 of a floor of 1, yet the copy is coherent across every row, n times over in the
+    sum. Measured against the release's own bound, the rows are refused."""
+
+    def small_rows_with_faint_signs(batch, payload):
+        period = 2 + batch.clients[0].labels[0]
+        signs = np.where(np.arange(100) % period == 0, 1.0, -1.0) / 10  # unit L2
+        own = 1e-6 * np.array([[c.labels[0] + 1.0] for c in batch.clients]) * np.ones(100)
+        return own + 2e-6 * signs
+
+    pool = make_pool()
+    with pytest.raises(PrivacyError, match=MIXED):
+        pool.laplace_aggregate(
+            small_rows_with_faint_signs, None, dim=100, l1_bound=1e-3, epsilon=1.0, label="l",
+            batched=True,
+        )  # fmt: skip
+    assert pool.ledger.releases == []

@@ -432,16 +432,24 @@ class ClientPool:
         return seconds
 
     def _checked_rows(
-        self, job: Job, dim: int, batched: bool, checked: bool, exact: bool = False
+        self,
+        job: Job,
+        dim: int,
+        batched: bool,
+        checked: bool,
+        exact: bool = False,
+        bound: float = math.inf,
     ) -> np.ndarray:
         """Every unit's row (num_clients, dim), in unit order, independence-checked when
-        ``checked`` (recomputed rows equal with ``exact``: a partition's part indices): for
-        the mechanisms that need the rows themselves, not their sum (a Laplace sum's L1
+        ``checked`` (recomputed rows equal with ``exact``: a partition's part indices; else
+        within a share of the larger of a row's norm and the release's finite ``bound``):
+        for the mechanisms that need the rows themselves, not their sum (a Laplace sum's L1
         clipping, DP-PCA's covariance, DP-SGD's per-row gradients, a partition). They stay
         in this process."""
         indices = list(range(self.num_clients))
         chosen = self._choose(indices if checked else [])
-        check = self._recheck(BATCH if batched else CLIENT, job, chosen, exact=exact)
+        kind = BATCH if batched else CLIENT
+        check = self._recheck(kind, job, chosen, bound, exact=exact)
         parts: list[np.ndarray] = []
         call = ClientCall(job, indices, dim, batched, len(indices), (self._release_index,))
         seconds = self._client_rows(call, check, parts.append)
