@@ -17,6 +17,11 @@ from benchmark.split_manifest import unit_statement
 SCHEMA_VERSION = 1
 
 
+# In a run directory: why the leaderboard did not keep the finished run's record (its canary
+# audit refuted its ε); such a run lends its rounds to no other (benchmark.shared_rounds).
+PUBLICATION_REFUSED = "publication_refused.json"
+
+
 def json_epsilon(value: float) -> float | str:
     return value if math.isfinite(value) else "inf"
 

@@ -56,7 +56,7 @@ from benchmark.privacy.ledger import PrivacyLedger
 from benchmark.profiles.base import bind_public
 from benchmark.profiles.candidate_corpus import build_requested
 from benchmark.progress import progress
-from benchmark.records import build_record, check_same_models, write_record
+from benchmark.records import PUBLICATION_REFUSED, build_record, check_same_models, write_record
 from benchmark.registry import METHODS, path_under
 from benchmark.shared_rounds import (
     check_post_processing,
@@ -331,13 +331,13 @@ def run(
     if isolated:
         from benchmark.isolation.coordinator import IsolatedLaunch
 
-        launch: Any = IsolatedLaunch(spec, split, profile, plugin, client_actors)
+        launch = IsolatedLaunch(spec, split, profile, plugin, client_actors)
         resolved, role = launch.resolve()
-        declared = launch.post_processing
+        declared, source = launch.post_processing, launch
     else:
         resolved, method_cls = resolve(spec, split)
         role = method_cls.role
-        declared = method_cls.post_processing
+        declared, source = method_cls.post_processing, method_cls
     post_processing = check_post_processing(
         declared, resolved.method_config, f"{spec.method.name}.post_processing"
     )
@@ -355,37 +355,46 @@ def run(
             # Another process may have finished it between the check above and the lock.
             result = _finished(run_dir, resolved.run_key, models)
             if result is None:
-                secret = spec.privacy.noise_seed != "spec"
+                drop_unmarked_fork(run_dir)  # whatever this attempt's method declares
                 if rounds is not None:
+                    secret = spec.privacy.noise_seed != "spec"
                     fork_rounds(runs_root, run_dir, resolved.run_key, rounds, secret)
-                result = _start(
-                    spec, resolved, split, units, profile, run_dir, role, stop_after_round,
-                    launch if isolated else None, None if isolated else method_cls,
-                    shares_rounds=rounds is not None,
-                )  # fmt: skip
+                held = HeldRun(spec, resolved, split, profile, run_dir, role, rounds is not None)
+                result = _run_held(held, units, source, stop_after_round)
     if rounds is not None and rounds_from(run_dir) is None and (run_dir / CHECKPOINT).exists():
         register_donor(runs_root, rounds, resolved.run_key)  # outside the quarantine
     return result
 
 
-def _start(
-    spec: RunSpec,
-    resolved: ResolvedSpec,
-    split: FederatedSplit,
+@dataclass(frozen=True)
+class HeldRun:
+    """An unfinished run whose directory this process holds. ``shares_rounds``: its method
+    declares post-processing keys, so its record names the rounds it was made from
+    (:mod:`benchmark.shared_rounds`)."""
+
+    spec: RunSpec
+    resolved: ResolvedSpec
+    split: FederatedSplit
+    profile: Any
+    run_dir: Path
+    role: str
+    shares_rounds: bool
+
+
+def _run_held(
+    held: HeldRun,
     units: dict[str, list[dict[str, Any]]],
-    profile: Any,
-    run_dir: Path,
-    role: str,
+    source: Any,
     stop_after_round: int | None,
-    launch: Any,
-    method_cls: type[Method] | None,
-    *,
-    shares_rounds: bool,
 ) -> RunResult:
-    """The held, unfinished run: its pool, method (``launch``'s sandboxed one, else
-    ``method_cls`` in this process) and :func:`_drive`."""
-    isolated = launch is not None
-    forked = rounds_from(run_dir) is not None
+    """Start or resume ``held``, finish it and evaluate it: its pool and its method, from
+    ``source`` (an ``IsolatedLaunch``, run sandboxed, or the method's class, run here).
+    A fork (:func:`fork_rounds`) gets a sealed pool and no client code."""
+    spec, resolved, split, profile, run_dir = (
+        held.spec, held.resolved, held.split, held.profile, held.run_dir
+    )  # fmt: skip
+    isolated = not isinstance(source, type)
+    forked = rounds_from(run_dir)
     (run_dir / "spec.json").write_text(json.dumps(resolved.to_dict(), indent=1))
 
     private = not math.isinf(spec.privacy.epsilon)
@@ -400,7 +409,7 @@ def _start(
     if forked:  # none at all: the release post-processes another run's rounds
         clients = NoClients()
     elif isolated:
-        clients = launch.client_worker(units, run_dir)
+        clients = source.client_worker(units, run_dir)
     pool = ClientPool(
         units,
         ledger=ledger,
@@ -428,20 +437,17 @@ def _start(
     )
     try:
         if isolated:
-            launch.warm(evaluation_start(ctx, "public"))
-            method: Any = launch.method(resolved, pool, run_dir)
+            source.warm(evaluation_start(ctx, "public"))
+            method: Any = source.method(resolved, pool, run_dir)
         else:
-            method = InProcessMethod(method_cls(resolved.method_config), ctx, spec.seed)
+            method = InProcessMethod(source(resolved.method_config), ctx, spec.seed)
         try:
-            return _drive(
-                method, spec, resolved, split, pool, ctx, run_dir, role, stop_after_round,
-                canaries, shares_rounds,
-            )  # fmt: skip
+            return _drive(method, held, pool, ctx, stop_after_round, canaries, forked)
         finally:
             method.close()
     finally:
         if isolated:  # also where the method process failed to start
-            launch.close()
+            source.close()
 
 
 def fork_rounds(runs_root: Path, run_dir: Path, run_key: str, rounds: str, secret: bool) -> None:
@@ -456,8 +462,6 @@ def fork_rounds(runs_root: Path, run_dir: Path, run_key: str, rounds: str, secre
     read is no donor: the run runs its own rounds."""
     if (run_dir / ROUNDS_FROM).exists() or (run_dir / "work").exists():
         return  # forked before, or its own rounds began
-    for name in (CHECKPOINT, POOL_SEED):  # a fork's, interrupted before its marker
-        (run_dir / name).unlink(missing_ok=True)
     donor = donor_of(runs_root, rounds)
     if donor is None or donor == run_key:
         return
@@ -465,6 +469,8 @@ def fork_rounds(runs_root: Path, run_dir: Path, run_key: str, rounds: str, secre
     try:
         if not (donor_dir / RESULT).exists() or (donor_dir / ROUNDS_FROM).exists():
             return  # unfinished, or a fork itself: only a run's own rounds are shared
+        if (donor_dir / PUBLICATION_REFUSED).exists():
+            return  # its audit refuted its ε: no post-processing of it is published either
         blob = (donor_dir / CHECKPOINT).read_bytes()
         saved = resume_checkpoint(io.BytesIO(blob), donor)
         seed = (donor_dir / POOL_SEED).read_text() if secret else None
@@ -472,8 +478,19 @@ def fork_rounds(runs_root: Path, run_dir: Path, run_key: str, rounds: str, secre
         return
     if seed is not None:
         atomic_write(run_dir / POOL_SEED, seed)
-    _save_checkpoint(run_dir, {**saved, "run_key": run_key}, saved["next_round"] - 1)
+    pool = {**saved["pool"], "memos": None}  # the clients' memos: a fork runs no client code
+    _save_checkpoint(run_dir, {**saved, "run_key": run_key, "pool": pool}, saved["next_round"] - 1)
     atomic_write(run_dir / ROUNDS_FROM, json.dumps(rounds_identity(donor, blob)))
+
+
+def drop_unmarked_fork(run_dir: Path) -> None:
+    """Drop what a fork interrupted before its marker left (a donor's checkpoint and secret
+    seed in a directory no method started in): resumed without the marker, the pool would
+    not be sealed and would redraw the donor's noise. A run's own checkpoint or seed
+    always has ``work/`` beside it."""
+    if not (run_dir / ROUNDS_FROM).exists() and not (run_dir / "work").exists():
+        for name in (CHECKPOINT, POOL_SEED):
+            (run_dir / name).unlink(missing_ok=True)
 
 
 def rounds_from(run_dir: Path) -> dict[str, str] | None:
@@ -526,22 +543,17 @@ def _finished(run_dir: Path, run_key: str, models: dict[str, Any]) -> RunResult 
 
 def _drive(
     method: Any,
-    spec: RunSpec,
-    resolved: ResolvedSpec,
-    split: FederatedSplit,
+    held: HeldRun,
     pool: ClientPool,
     ctx: MethodContext,
-    run_dir: Path,
-    role: str,
     stop_after_round: int | None,
-    canaries: CanaryPlan | None = None,
-    shares_rounds: bool = False,
+    canaries: CanaryPlan | None,
+    forked: dict[str, str] | None,
 ) -> RunResult:
     """Rounds, checkpoints, the release, the budget check, evaluation and the record.
-    ``shares_rounds``: the method declares post-processing keys, so the record names the
-    rounds its release was made from (:mod:`benchmark.shared_rounds`)."""
+    ``forked``: the rounds this run post-processes, when it is a fork."""
+    spec, resolved, split, run_dir = held.spec, held.resolved, held.split, held.run_dir
     ledger = pool.ledger
-    forked = rounds_from(run_dir)
     build_requested(method.cache_requests(), lambda: ctx.profile.preference_generator())
     checkpoint_path = run_dir / CHECKPOINT
     if checkpoint_path.exists():
@@ -549,8 +561,7 @@ def _drive(
         start, elapsed = saved["next_round"], saved["elapsed"]
         pool.load_state_dict(saved["pool"])
         ledger.releases[:] = PrivacyLedger.from_json(saved["ledger"]).releases
-        if pool.open_release_log() and forked:  # charges what was delivered since it
-            raise PrivacyError("a run that post-processes another's rounds delivered a release")
+        pool.open_release_log()  # charges what was delivered since the checkpoint
         method.resume(saved["method_state"])
     elif forked:
         raise PrivacyError(f"{run_dir}: a fork of another run's rounds without its checkpoint")
@@ -636,7 +647,7 @@ def _drive(
         costs=pool.costs.summary(),
         wall_seconds=method_seconds,
         profile=ctx.profile,
-        role=role,
+        role=held.role,
         release_kind=artifact.kind,
         instrument={}
         if refused
@@ -646,11 +657,10 @@ def _drive(
         if spec.privacy.call_seconds is not None
         else None,
     )
-    if shares_rounds:  # the rounds the release was made from: this run's, or a donor's
-        own = run_dir / CHECKPOINT
-        made_from = forked or (own.exists() and rounds_identity(resolved.run_key, own.read_bytes()))
-        if made_from:
-            record["rounds"] = made_from
+    if forked is not None:  # the rounds the release was made from: a donor's, or its own
+        record["rounds"] = forked
+    elif held.shares_rounds and (run_dir / CHECKPOINT).exists():
+        record["rounds"] = rounds_identity(resolved.run_key, (run_dir / CHECKPOINT).read_bytes())
     if refused:
         write_record(record, run_dir / REFUSED)
         raise ReleaseRefused(

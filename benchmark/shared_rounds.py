@@ -27,7 +27,8 @@ What keeps it sound with a hostile adapter, whose declaration is only a claim:
 - only a run's own rounds are shared (a fork is never a donor), and every record of a
   method that declares keys names the rounds it was made from (``rounds``: the run and the
   sha256 of its checkpoint after the last round), which, with the ledgers, is what a tuning
-  report's claim that its selection was free is checked against (:func:`accounting_of`).
+  report's claim that its selection was free is checked against
+  (:func:`leaderboard.selection.accounting_of`).
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def _donor_file(runs_root: Path, key: str) -> Path:
 
 def register_donor(runs_root: Path, key: str, run_key: str) -> None:
     """Name the finished run ``run_key`` as the holder of the rounds ``key``, unless a run
-    whose directory still exists holds them (the first to register keeps them)."""
+    whose directory still exists holds them: the first to register keeps them, and an
+    entry is rewritten only when its holder's directory is gone or it cannot be read."""
     path = _donor_file(runs_root, key)
     holder = donor_of(runs_root, key)
     if holder is not None and (runs_root / holder).is_dir():
@@ -118,24 +120,3 @@ def donor_of(runs_root: Path, key: str) -> str | None:
     except (OSError, ValueError, AttributeError):
         return None
     return run_key if isinstance(run_key, str) else None
-
-
-def accounting_of(records: Sequence[dict[str, Any]]) -> str:
-    """What a selection over ``records`` costs: nothing beyond one run's ε when every one
-    was made from the same rounds (their ``rounds``) and released nothing else (the same
-    ledger), else the uncharged note."""
-    made_from = {
-        json.dumps([r.get("rounds"), r["privacy"]["ledger"]], sort_keys=True) for r in records
-    }  # the same rounds, and no release beyond them
-    shared = len(made_from) == 1 and all(r.get("rounds") for r in records)
-    return SHARED_NOTE if shared else UNCHARGED_NOTE
-
-
-UNCHARGED_NOTE = (
-    "selection over the candidates is not charged to epsilon (as in the papers); each "
-    "entry's epsilon is one run's"
-)
-SHARED_NOTE = (
-    "every candidate post-processes the same run's private rounds (rounds), so "
-    "selection over them costs no privacy beyond that run's epsilon"
-)

@@ -14,7 +14,6 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from benchmark.shared_rounds import accounting_of
 from leaderboard.directions import lower_is_better
 
 # The validation metrics that may select. The downstream protocol's validation accuracy is
@@ -61,6 +60,27 @@ def best_index(values: Sequence[float], lower_is_better: bool) -> int:
     sign = -1.0 if lower_is_better else 1.0
     ranked = [(not math.isnan(v), sign * v if not math.isnan(v) else 0.0) for v in values]
     return max(range(len(values)), key=ranked.__getitem__)
+
+
+def accounting_of(records: Sequence[dict[str, Any]]) -> str:
+    """What a selection over ``records`` costs: nothing beyond one run's ε when every one
+    was made from the same rounds (their ``rounds``: :mod:`benchmark.shared_rounds`) and
+    released nothing else (the same ledger), else the uncharged note."""
+    made_from = {
+        json.dumps([r.get("rounds"), r["privacy"]["ledger"]], sort_keys=True) for r in records
+    }  # the same rounds, and no release beyond them
+    shared = len(made_from) == 1 and all(r.get("rounds") for r in records)
+    return SHARED_NOTE if shared else UNCHARGED_NOTE
+
+
+UNCHARGED_NOTE = (
+    "selection over the candidates is not charged to epsilon (as in the papers); each "
+    "entry's epsilon is one run's"
+)
+SHARED_NOTE = (
+    "every candidate post-processes the same run's private rounds (rounds), so "
+    "selection over them costs no privacy beyond that run's epsilon"
+)
 
 
 def _same(a: Any, b: Any) -> bool:

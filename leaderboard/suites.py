@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from benchmark.data import FederatedSplit
 from benchmark.files import atomic_write
 from benchmark.profiles import FAMILIES
+from benchmark.records import PUBLICATION_REFUSED
 from benchmark.spec import RunSpec, spec_from_dict
 from leaderboard.entries import (
     PublicationRefused,
@@ -316,15 +317,14 @@ def run_jobs(
             refuted = publication_refusal(record)
             if refuted:
                 refuse(store, entry_key(run_key, job.spec.seed), f"{run_key}: {refuted}")
-                atomic_write(runs_root / run_key / REFUSED, json.dumps({"reason": refuted}))
+                atomic_write(
+                    runs_root / run_key / PUBLICATION_REFUSED, json.dumps({"reason": refuted})
+                )
                 continue
             signed = sign_entry(record, store.key)
             path = write_record(store.results_root, store.lb_version, store.split_name, signed)
             update_index(store.results_root, store.key, store.keys, written=[path])
         yield job, run_key, record
-
-
-REFUSED = "publication_refused.json"  # in a run directory: why its record was not kept
 
 
 def refuse(store: SuiteStore, cell: str, reason: str) -> None:

@@ -41,9 +41,15 @@ from typing import Any
 
 from benchmark.records import json_epsilon
 from benchmark.registry import METHODS
-from benchmark.shared_rounds import TRAINING_METRICS, accounting_of
+from benchmark.shared_rounds import TRAINING_METRICS
 from leaderboard.executors import Executor, Job
-from leaderboard.selection import DEFAULT_SELECT, best_index, check_selectable, grid_points
+from leaderboard.selection import (
+    DEFAULT_SELECT,
+    accounting_of,
+    best_index,
+    check_selectable,
+    grid_points,
+)
 from leaderboard.signing import sign_entry
 from leaderboard.store import write_tuning
 from leaderboard.store_index import update_index
@@ -91,20 +97,19 @@ def tune(
         Job(str(i), measured.spec(method, epsilon, seed, store.split_path, point))
         for i, point in enumerate(points)
     ]
-    found: dict[int, tuple[str, float]] = {}
     records: dict[int, dict[str, Any]] = {}
     # a grid of post-processing keys: the first candidate's rounds, then the others' forks
     stem_first = set(grid) <= set(METHODS.get(suite.method_of(method)).post_processing)
     for batch in [jobs[:1], jobs[1:]] if stem_first else [jobs]:
-        for job, run_key, record in run_jobs(store, batch, runs_root=runs_root, executor=executor):
+        for job, _, record in run_jobs(store, batch, runs_root=runs_root, executor=executor):
             if select not in record["metrics"]:
                 raise ValueError(f"select: {select!r} is not among the metrics {method} recorded")
-            found[int(job.label)] = (run_key, float(record["metrics"][select]))
             records[int(job.label)] = record
             if on_run:
                 on_run(f"{method} {points[int(job.label)]}")
-    check_refusals(store)
-    values = [found[i][1] for i in range(len(points))]
+        check_refusals(store)  # a refused first candidate stops the grid
+    kept = [records[i] for i in range(len(points))]
+    values = [float(r["metrics"][select]) for r in kept]
     report = {
         "suite": suite.name,
         "suite_definition": suite.definition.to_dict() if suite.definition else None,
@@ -117,11 +122,11 @@ def tune(
         "lower_is_better": lower_is_better,
         "grid": {name: list(values) for name, values in grid.items()},
         "candidates": [
-            {"params": point, "run_key": found[i][0], "value": values[i]}
+            {"params": point, "run_key": kept[i]["run_key"], "value": values[i]}
             for i, point in enumerate(points)
         ],
         "selected": points[best_index(values, lower_is_better)],
-        "accounting": accounting_of([records[i] for i in range(len(points))]),
+        "accounting": accounting_of(kept),
     }
     signed = sign_entry(report, store.key)
     path = write_tuning(results_root, signed)

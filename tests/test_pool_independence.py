@@ -101,6 +101,10 @@ def test_rows_match_within_a_share_of_the_whole_row_or_of_the_floor():
     ids = {"ids": np.array([[20_000, 7]])}  # a token id one off is another token
     assert not rows_match(ids, {"ids": np.array([[20_001, 7]])})
     assert not rows_match(want, near, exact=True) and rows_match(want, want, exact=True)
+    # in L1 (a Laplace sum's sensitivity), a shift spread over many coordinates counts whole
+    wide = {"row": np.full((1, 10_000), 1e-3)}  # L1 norm 10, L2 norm 0.1
+    spread_thin = {"row": wide["row"] + 0.5e-7}  # L2 distance 0.5e-5, L1 distance 5e-4
+    assert rows_match(wide, spread_thin) and not rows_match(wide, spread_thin, order=1)
 
 
 def test_memo_rows_computed_from_several_clients_are_refused():

@@ -110,6 +110,41 @@ def test_a_fork_without_its_checkpoint_is_refused_not_run_afresh(tmp_path, monke
         go(tmp_path, spec({"tag": "b"}))
 
 
+def test_a_donor_whose_audit_refuted_its_epsilon_lends_no_rounds(tmp_path):
+    """Post-processing cannot leak less than what it processes: when the leaderboard
+    refused a run's record (its canary audit refuted its ε), no fork of it is made."""
+    from benchmark.records import PUBLICATION_REFUSED
+
+    first = go(tmp_path, spec({"tag": "a"}))
+    (first.run_dir / PUBLICATION_REFUSED).write_text('{"reason": "refuted"}')
+    second = go(tmp_path, spec({"tag": "b"}))
+    assert second.record["rounds"]["run_key"] == second.run_key
+
+
+def test_an_unmarked_forks_files_are_dropped_whatever_the_next_attempt_declares(
+    tmp_path, monkeypatch
+):
+    """A hostile adapter's declaration may change between attempts: resumed without its
+    marker and without a declaration, the donor's checkpoint and seed would run unsealed."""
+    import benchmark.runner as runner
+
+    first = go(tmp_path, spec({"tag": "a"}))
+    save = runner._save_checkpoint
+
+    def saved_then_killed(*args, **kwargs):
+        save(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "_save_checkpoint", saved_then_killed)
+    with pytest.raises(KeyboardInterrupt):
+        go(tmp_path, spec({"tag": "b"}))
+    monkeypatch.undo()
+    monkeypatch.setattr(PostProcessed, "post_processing", ())
+    again = go(tmp_path, spec({"tag": "b"}))
+    assert (again.run_dir / SEED).read_text() != (first.run_dir / SEED).read_text()
+    assert released(again)[0] != released(first)[0]
+
+
 def test_an_unreadable_registry_entry_is_replaced(tmp_path):
     from benchmark.shared_rounds import DONORS, donor_of, register_donor
 

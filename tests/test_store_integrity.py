@@ -216,8 +216,9 @@ def test_the_publish_path_refuses_a_run_whose_canary_audit_refutes_its_epsilon(
     import dataclasses
 
     from benchmark.evaluation.canary_audit import CanaryAudit
+    from benchmark.records import PUBLICATION_REFUSED as REFUSED
     from leaderboard.catalog import SUITES
-    from leaderboard.suites import REFUSED, run_suite
+    from leaderboard.suites import run_suite
 
     def audit(self, artifact, ctx):
         return {"epsilon_lower_bound": 0.4, "epsilon_ceiling": 0.5, "canaries": 1.0}

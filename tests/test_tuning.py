@@ -8,10 +8,9 @@ import shutil
 
 import pytest
 
-from benchmark.shared_rounds import SHARED_NOTE, UNCHARGED_NOTE
 from leaderboard.catalog import SUITES
 from leaderboard.cli.suite import parse_grid
-from leaderboard.selection import best_index, grid_points
+from leaderboard.selection import SHARED_NOTE, UNCHARGED_NOTE, best_index, grid_points
 from leaderboard.signing import host_key, sign_entry
 from leaderboard.store import record_files
 from leaderboard.tuning import tune

@@ -79,9 +79,12 @@ GRACE_S = 300.0  # start-up and unpickling allowance on top of 4x the pool's own
 ZYGOTE = "benchmark.untrusted.zygote"  # the module the zygote runs (client code runs there)
 
 
-def rows_match(expected: Rows, got: Rows, floor: float = 1.0, exact: bool = False) -> bool:
+def rows_match(
+    expected: Rows, got: Rows, floor: float = 1.0, exact: bool = False, order: int = 2
+) -> bool:
     """Same arrays, same shapes, each within :data:`TOLERANCE` of the pool's in L2
-    distance, relative to its norm or ``floor``, whichever is larger; equal, with
+    distance (L1 with ``order`` 1: a Laplace sum's sensitivity), relative to its norm or
+    ``floor``, whichever is larger; equal, with
     ``exact`` or for integer arrays (a part index or a token id that moves by one is
     another decision, however small the move).
 
@@ -101,9 +104,9 @@ def rows_match(expected: Rows, got: Rows, floor: float = 1.0, exact: bool = Fals
             if not np.array_equal(have, want):
                 return False
             continue
-        want64 = want.astype(np.float64)
-        norm = float(np.linalg.norm(want64))
-        distance = float(np.linalg.norm(have.astype(np.float64) - want64))
+        want64 = want.astype(np.float64).ravel()
+        norm = float(np.linalg.norm(want64, ord=order))
+        distance = float(np.linalg.norm(have.astype(np.float64).ravel() - want64, ord=order))
         if not (math.isfinite(norm) and distance <= TOLERANCE * max(floor, norm)):
             return False
     return True
@@ -125,11 +128,17 @@ class IndependenceCheck:
     """
 
     def __init__(
-        self, kind: str, job: bytes, chosen: frozenset[int], floor: float = 1.0, exact: bool = False
+        self,
+        kind: str,
+        job: bytes,
+        chosen: frozenset[int],
+        floor: float = 1.0,
+        exact: bool = False,
+        order: int = 2,
     ) -> None:
         self.chosen = chosen
         self._kind = kind
-        self._floor, self._exact = floor, exact  # see rows_match
+        self._floor, self._exact, self._order = floor, exact, order  # see rows_match
         self._job = job if chosen else b""
         self._calls: list[tuple[list[dict[str, Any]], int, Rows]] = []
 
@@ -154,7 +163,8 @@ class IndependenceCheck:
                 tag, body = worker.answer(deadline)
                 if tag != b"R":
                     raise _refusal(f"recomputed alone, it raised {_error_name(body)}")
-                if not rows_match(expected, _load_rows(body), self._floor, self._exact):
+                got = _load_rows(body)
+                if not rows_match(expected, got, self._floor, self._exact, self._order):
                     raise _refusal("a sampled client's row differs when recomputed alone")
         except TimeoutError:
             worker.kill()

@@ -219,16 +219,17 @@ class ClientPool:
         kind: str,
         job: Job,
         chosen: frozenset[int],
-        clip_norm: float = math.inf,
+        bound: float = math.inf,
         exact: bool = False,
+        order: int = 2,
     ) -> IndependenceCheck:
         """The independence check of one release over the ``chosen`` units; a row may differ
-        by a share of its norm or of the release's finite ``clip_norm``, whichever is larger,
-        else of 1, and not at all with ``exact``
-        (:func:`~benchmark.federation.independence_check.rows_match`)."""
-        floor = clip_norm if math.isfinite(clip_norm) else 1.0
+        by a share of its norm or of the release's finite ``bound`` (its clip norm; an L1
+        bound with ``order`` 1), whichever is larger, else of 1, and not at all with
+        ``exact`` (:func:`~benchmark.federation.independence_check.rows_match`)."""
+        floor = bound if math.isfinite(bound) else 1.0
         blob = b"" if not chosen else job if isinstance(job, bytes) else snapshot(*job)
-        return IndependenceCheck(kind, blob, chosen, floor, exact)
+        return IndependenceCheck(kind, blob, chosen, floor, exact, order)
 
     # -- the release log ------------------------------------------------------------------
 
@@ -439,17 +440,19 @@ class ClientPool:
         checked: bool,
         exact: bool = False,
         bound: float = math.inf,
+        order: int = 2,
     ) -> np.ndarray:
         """Every unit's row (num_clients, dim), in unit order, independence-checked when
         ``checked`` (recomputed rows equal with ``exact``: a partition's part indices; else
-        within a share of the larger of a row's norm and the release's finite ``bound``):
+        within a share of the larger of a row's norm and the release's finite ``bound``, in
+        L2, or in L1 with ``order`` 1):
         for the mechanisms that need the rows themselves, not their sum (a Laplace sum's L1
         clipping, DP-PCA's covariance, DP-SGD's per-row gradients, a partition). They stay
         in this process."""
         indices = list(range(self.num_clients))
         chosen = self._choose(indices if checked else [])
         kind = BATCH if batched else CLIENT
-        check = self._recheck(kind, job, chosen, bound, exact=exact)
+        check = self._recheck(kind, job, chosen, bound, exact, order)
         parts: list[np.ndarray] = []
         call = ClientCall(job, indices, dim, batched, len(indices), (self._release_index,))
         seconds = self._client_rows(call, check, parts.append)

@@ -46,7 +46,7 @@ def laplace_aggregate(
     job = job_of(client_fn, payload)
 
     def compute() -> np.ndarray:
-        rows = pool._checked_rows(job, dim, batched, not nonprivate, bound=l1_bound)
+        rows = pool._checked_rows(job, dim, batched, not nonprivate, bound=l1_bound, order=1)
         total = l1_clipped_sum(rows, l1_bound)
         if not nonprivate:
             total = total + pool._rng(1).laplace(0.0, l1_bound / epsilon, size=dim)

@@ -81,7 +81,7 @@ def dp_logistic_sgd(
     job = job_of(client_fn, payload)
 
     def compute() -> np.ndarray:
-        rows = pool._checked_rows(job, dim, batched, not nonprivate)
+        rows = pool._checked_rows(job, dim, batched, not nonprivate, bound=clip_norm)
         if members is not None:
             rows[~members] = 0.0
         trained = logistic_dp_sgd(
