@@ -46,6 +46,12 @@ TRACKS = (
         "release (a synthetic text set or a model), between the ε = 0 and ε = ∞ bounds",
     ),
     Track(
+        "bench_paper000",
+        "Text benchmark under paper 000's protocol (side table)",
+        "the text benchmark's split and metric, with every release fine-tuned from the "
+        "generic on-device LM: the ε = 0 row is that checkpoint, untouched",
+    ),
+    Track(
         "prefs",
         "Preference track (paper 003)",
         "win rate of each aligned policy's replies against the test tuples' chosen replies "
