@@ -23,6 +23,7 @@ RUNNER_ONLY = {
     "open_release_log",
     "replays_pending",
     "prune_release_log",
+    "seal",
     "ledger",
     "num_clients",
 }
