@@ -21,6 +21,7 @@ that would not load that way is refused when it is saved, not when the run resum
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import math
@@ -54,6 +55,7 @@ from benchmark.privacy.budget import Budget
 from benchmark.privacy.errors import PrivacyError, ReleaseRefused
 from benchmark.privacy.ledger import PrivacyLedger
 from benchmark.profiles.base import bind_public
+from benchmark.profiles.cache import sha256_file
 from benchmark.profiles.candidate_corpus import build_requested
 from benchmark.progress import progress
 from benchmark.records import PUBLICATION_REFUSED, build_record, check_same_models, write_record
@@ -460,7 +462,7 @@ def fork_rounds(runs_root: Path, run_dir: Path, run_key: str, rounds: str, secre
     The marker (:data:`ROUNDS_FROM`) is written last, so a fork interrupted before it left
     files of no run, which are dropped and the fork is made again. A donor that cannot be
     read is no donor: the run runs its own rounds."""
-    if (run_dir / ROUNDS_FROM).exists() or (run_dir / "work").exists():
+    if not _unstarted(run_dir):
         return  # forked before, or its own rounds began
     donor = donor_of(runs_root, rounds)
     if donor is None or donor == run_key:
@@ -480,7 +482,8 @@ def fork_rounds(runs_root: Path, run_dir: Path, run_key: str, rounds: str, secre
         atomic_write(run_dir / POOL_SEED, seed)
     pool = {**saved["pool"], "memos": None}  # the clients' memos: a fork runs no client code
     _save_checkpoint(run_dir, {**saved, "run_key": run_key, "pool": pool}, saved["next_round"] - 1)
-    atomic_write(run_dir / ROUNDS_FROM, json.dumps(rounds_identity(donor, blob)))
+    made_from = rounds_identity(donor, hashlib.sha256(blob).hexdigest())
+    atomic_write(run_dir / ROUNDS_FROM, json.dumps(made_from))
 
 
 def drop_unmarked_fork(run_dir: Path) -> None:
@@ -488,9 +491,14 @@ def drop_unmarked_fork(run_dir: Path) -> None:
     seed in a directory no method started in): resumed without the marker, the pool would
     not be sealed and would redraw the donor's noise. A run's own checkpoint or seed
     always has ``work/`` beside it."""
-    if not (run_dir / ROUNDS_FROM).exists() and not (run_dir / "work").exists():
+    if _unstarted(run_dir):
         for name in (CHECKPOINT, POOL_SEED):
             (run_dir / name).unlink(missing_ok=True)
+
+
+def _unstarted(run_dir: Path) -> bool:
+    """No method has started in ``run_dir`` (no ``work/``) and it is not a fork."""
+    return not (run_dir / ROUNDS_FROM).exists() and not (run_dir / "work").exists()
 
 
 def rounds_from(run_dir: Path) -> dict[str, str] | None:
@@ -659,8 +667,8 @@ def _drive(
     )
     if forked is not None:  # the rounds the release was made from: a donor's, or its own
         record["rounds"] = forked
-    elif held.shares_rounds and (run_dir / CHECKPOINT).exists():
-        record["rounds"] = rounds_identity(resolved.run_key, (run_dir / CHECKPOINT).read_bytes())
+    elif held.shares_rounds and (run_dir / CHECKPOINT).exists():  # its size is client code's
+        record["rounds"] = rounds_identity(resolved.run_key, sha256_file(run_dir / CHECKPOINT))
     if refused:
         write_record(record, run_dir / REFUSED)
         raise ReleaseRefused(

@@ -78,11 +78,11 @@ def rounds_key(
     return f"{resolved.spec.method.name}__{hashlib.sha256(blob).hexdigest()[:24]}"
 
 
-def rounds_identity(run_key: str, checkpoint: bytes) -> dict[str, str]:
+def rounds_identity(run_key: str, checkpoint_sha256: str) -> dict[str, str]:
     """Which rounds a release was made from: the run that ran them and the sha256 of its
     checkpoint after the last one (a run deleted and run again under the same key has
     other rounds)."""
-    return {"run_key": run_key, "checkpoint_sha256": hashlib.sha256(checkpoint).hexdigest()}
+    return {"run_key": run_key, "checkpoint_sha256": checkpoint_sha256}
 
 
 def _donor_file(runs_root: Path, key: str) -> Path:

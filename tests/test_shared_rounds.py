@@ -6,9 +6,11 @@ import json
 import shutil
 
 import pytest
-from doubles import PostProcessed, StubProfile, make_split
+from doubles import PostProcessed, StubProfile, make_split, text_length
 
+import benchmark.runner as runner
 from benchmark.privacy.errors import PrivacyError
+from benchmark.records import PUBLICATION_REFUSED
 from benchmark.runner import RunInterrupted, rounds_from, run
 from benchmark.shared_rounds import rounds_key
 from benchmark.spec import ResolvedSpec, SpecError, spec_from_dict
@@ -30,6 +32,34 @@ def spec(params=None, metrics=None, **privacy):
 
 def go(runs, s, **kw):
     return run(s, runs_root=runs, profile=StubProfile(), split=make_split(), **kw)
+
+
+def dies_in_the_release(monkeypatch, runs, s):
+    """Run ``s`` under ``runs`` in a process that dies while it makes the release (after
+    any fork)."""
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "checked_artifact", killed)
+    with pytest.raises(KeyboardInterrupt):
+        go(runs, s)
+    monkeypatch.undo()
+
+
+def dies_after_saving_a_checkpoint(monkeypatch, runs, s):
+    """Run ``s`` under ``runs`` in a process that dies just after its first checkpoint save
+    (a fork's: its copy of the donor's, before the marker)."""
+    save = runner._save_checkpoint
+
+    def saved_then_killed(*args, **kwargs):
+        save(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "_save_checkpoint", saved_then_killed)
+    with pytest.raises(KeyboardInterrupt):
+        go(runs, s)
+    monkeypatch.undo()
 
 
 def released(result):
@@ -75,10 +105,6 @@ def test_a_fork_makes_no_call_from_its_first_moment(tmp_path, monkeypatch):
     """Not while it resumes either: a sandboxed method process can send pool calls while
     the coordinator waits for its answer to ``resume`` (found in review: two sibling forks
     subtracted their answers to an exact sum). Simulated here by a call from the resume."""
-    from doubles import text_length
-
-    import benchmark.runner as runner
-
     go(tmp_path, spec({"tag": "a"}))
     resume = runner.InProcessMethod.resume
 
@@ -94,16 +120,8 @@ def test_a_fork_makes_no_call_from_its_first_moment(tmp_path, monkeypatch):
 
 def test_a_fork_without_its_checkpoint_is_refused_not_run_afresh(tmp_path, monkeypatch):
     """It holds the donor's seed: run from round 0 it would draw the donor's noise again."""
-    import benchmark.runner as runner
-
-    def killed(*args, **kwargs):
-        raise KeyboardInterrupt  # the process dies in the release
-
     go(tmp_path, spec({"tag": "a"}))
-    monkeypatch.setattr(runner, "checked_artifact", killed)
-    with pytest.raises(KeyboardInterrupt):
-        go(tmp_path, spec({"tag": "b"}))
-    monkeypatch.undo()
+    dies_in_the_release(monkeypatch, tmp_path, spec({"tag": "b"}))
     [fork] = [d for d in tmp_path.iterdir() if (d / "rounds_from.json").exists()]
     (fork / "checkpoint.pt").unlink()
     with pytest.raises(PrivacyError, match="without its checkpoint"):
@@ -113,8 +131,6 @@ def test_a_fork_without_its_checkpoint_is_refused_not_run_afresh(tmp_path, monke
 def test_a_donor_whose_audit_refuted_its_epsilon_lends_no_rounds(tmp_path):
     """Post-processing cannot leak less than what it processes: when the leaderboard
     refused a run's record (its canary audit refuted its ε), no fork of it is made."""
-    from benchmark.records import PUBLICATION_REFUSED
-
     first = go(tmp_path, spec({"tag": "a"}))
     (first.run_dir / PUBLICATION_REFUSED).write_text('{"reason": "refuted"}')
     second = go(tmp_path, spec({"tag": "b"}))
@@ -126,19 +142,8 @@ def test_an_unmarked_forks_files_are_dropped_whatever_the_next_attempt_declares(
 ):
     """A hostile adapter's declaration may change between attempts: resumed without its
     marker and without a declaration, the donor's checkpoint and seed would run unsealed."""
-    import benchmark.runner as runner
-
     first = go(tmp_path, spec({"tag": "a"}))
-    save = runner._save_checkpoint
-
-    def saved_then_killed(*args, **kwargs):
-        save(*args, **kwargs)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(runner, "_save_checkpoint", saved_then_killed)
-    with pytest.raises(KeyboardInterrupt):
-        go(tmp_path, spec({"tag": "b"}))
-    monkeypatch.undo()
+    dies_after_saving_a_checkpoint(monkeypatch, tmp_path, spec({"tag": "b"}))
     monkeypatch.setattr(PostProcessed, "post_processing", ())
     again = go(tmp_path, spec({"tag": "b"}))
     assert (again.run_dir / SEED).read_text() != (first.run_dir / SEED).read_text()
@@ -177,24 +182,8 @@ def test_only_a_run_directory_no_method_started_in_is_forked(tmp_path):
 
 def test_a_fork_interrupted_before_or_after_its_marker_ends_as_a_fork(tmp_path, monkeypatch):
     first = go(tmp_path, spec({"tag": "a"}))
-    import benchmark.runner as runner
-
-    def killed(*args, **kwargs):
-        raise KeyboardInterrupt  # the process dies
-
-    monkeypatch.setattr(runner, "checked_artifact", killed)  # in the release: marked
-    with pytest.raises(KeyboardInterrupt):
-        go(tmp_path, spec({"tag": "b"}))
-    save = runner._save_checkpoint
-
-    def saved_then_killed(*args, **kwargs):
-        save(*args, **kwargs)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(runner, "_save_checkpoint", saved_then_killed)  # before the marker
-    with pytest.raises(KeyboardInterrupt):
-        go(tmp_path, spec({"tag": "c"}))
-    monkeypatch.undo()
+    dies_in_the_release(monkeypatch, tmp_path, spec({"tag": "b"}))  # marked
+    dies_after_saving_a_checkpoint(monkeypatch, tmp_path, spec({"tag": "c"}))  # unmarked
     marked = go(tmp_path, spec({"tag": "b"}))
     assert marked.record["rounds"] == first.record["rounds"]
     assert released(marked) == (released(first)[0], "b")
