@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -48,24 +49,26 @@ class MethodContext:
         mechanism: str = "subsampled_gaussian",
         epsilon: float | None = None,
         delta: float | None = None,
+        parts: Sequence[tuple[float, int]] = (),
     ) -> float:
         """Smallest noise multiplier whose ``steps`` releases stay within the budget (or
-        within ``epsilon`` at ``delta``: one phase's share of it).
+        within ``epsilon`` at ``delta``: one phase's share of it). ``parts``: the
+        ``(sample_rate, steps)`` of further runs at the same σ, each on its own disjoint
+        part of the units; σ keeps every one of them within too.
 
         Returns 0 for the non-private bound (ε = ∞); refuses ε = 0 (no private release).
         """
-        from benchmark.privacy.accountants import noise_multiplier_for
+        from benchmark.privacy.accountants import noise_multiplier_for_parts
 
         eps = self.privacy.epsilon if epsilon is None else epsilon
         if math.isinf(self.privacy.epsilon) or math.isinf(eps):
             return 0.0
         if eps <= 0:
             raise SpecError("privacy.epsilon: 0 allows no private release; use public_only")
-        return noise_multiplier_for(
+        return noise_multiplier_for_parts(
             eps,
             self.privacy.delta if delta is None else delta,
-            sample_rate=sample_rate,
-            steps=steps,
+            [(sample_rate, steps), *parts],
             accountant=self.privacy.accountant,
             mechanism=mechanism,
         )

@@ -23,8 +23,10 @@ Rounds and Algorithm 1's lines (seed-003 §1.3):
   U(±1/√p)) per kept cluster, by DP-SGD on softplus(−θ·z) (the pool's
   ``dp_logistic_sgd`` on the cluster's part): SGD lr ``lr``, Poisson rate ``batch``/ĉ_k
   (ĉ_k the released size), ⌈``epochs``·ĉ_k/``batch``⌉ steps, clip ``clip``. The noise σ2
-  is solved for the smallest allowed cluster (q = batch/n_min, T = epochs·n_min/batch)
-  at what remains of ε, so every kept cluster's run stays within it; the clusters are
+  is solved, as the paper does, for the smallest allowed cluster (q = batch/n_min,
+  T = epochs·n_min/batch) at what remains of ε, and raised where a kept cluster's run
+  would exceed it under that σ2 (the paper's "the smallest cluster costs most" fails
+  when ⌈·⌉ rounds a larger cluster's steps up: q·T > ``epochs``); the clusters are
   disjoint parts, accounted in parallel (worst part).
 - ``finish``, lines 13–19 (post-processing): ``candidates`` = L responses per public
   prompt from the profile's ``preference_generator`` (temperature ``temperature``, cut at "Human:",
@@ -294,25 +296,30 @@ class DPPrefSyn(Method):
         batch = c["batch"] if private else c["nonprivate_batch"]
         epochs = c["epochs"] if private else c["nonprivate_epochs"]
         smallest = max(state["smallest"], batch)
+        schedules = {  # a kept cluster's (Poisson rate, steps), from its released size
+            k: (batch / size, math.ceil(epochs * size / batch))
+            for k in state["kept"]
+            for size in [max(float(state["sizes"][k]), smallest)]
+        }
         sigma = ctx.noise_for(
             steps=math.ceil(epochs * smallest / batch),
             sample_rate=batch / smallest,
             epsilon=self._sgd_epsilon(ctx),
+            parts=list(schedules.values()),
         )
         projected = self._projected(ctx, state)
         p = state["basis"].shape[1]
         rng = ctx.rng(2)
         rewards = {}
-        for k in state["kept"]:
-            size = max(float(state["sizes"][k]), smallest)
+        for k, (rate, steps) in schedules.items():
             rewards[k] = pool.dp_logistic_sgd(
                 projected,
                 dim=p,
                 init=rng.uniform(-1, 1, size=p) / math.sqrt(p),
                 noise_multiplier=sigma,
                 clip_norm=c["clip"],
-                sample_rate=batch / size,
-                steps=math.ceil(epochs * size / batch),
+                sample_rate=rate,
+                steps=steps,
                 lr=c["lr"],
                 expected_batch=float(batch),
                 label="reward_dp_sgd",

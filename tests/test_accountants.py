@@ -20,6 +20,7 @@ from benchmark.privacy.accountants import (
     epsilon,
     epsilon_from_ledger,
     noise_multiplier_for,
+    noise_multiplier_for_parts,
 )
 from benchmark.privacy.ledger import Release
 
@@ -151,6 +152,21 @@ def test_noise_solver_poisson_and_tree():
     tree_sigma = noise_multiplier_for(1.7732, 1e-6, 1.0, 1600, mechanism=TREE)
     assert tree_sigma == pytest.approx(8.83, abs=0.01)
     assert epsilon(tree_sigma, 1.0, 1600, 1e-6, mechanism=TREE) <= 1.7732
+
+
+def test_one_noise_multiplier_for_disjoint_parts_keeps_the_costliest_within():
+    """Parts that each run T = ⌈4·n/4⌉ steps at rate 4/n: n = 20 costs less than n = 20.3
+    (21 steps), so σ solved for 20 alone is too small for 20.3 and is raised to its σ."""
+    small, rounded_up, large = (4 / 20, 20), (4 / 20.3, 21), (4 / 40, 40)
+    sigma = noise_multiplier_for_parts(2.0, 1e-4, [small, rounded_up, large, small])
+    assert sigma == noise_multiplier_for(2.0, 1e-4, *rounded_up)
+    assert sigma > noise_multiplier_for(2.0, 1e-4, *small)
+    assert max(epsilon(sigma, q, t, 1e-4) for q, t in (small, rounded_up, large)) <= 2.0
+    assert noise_multiplier_for_parts(2.0, 1e-4, [small, large]) == noise_multiplier_for(
+        2.0, 1e-4, *small
+    )  # the smallest part costs most: its σ, unchanged
+    with pytest.raises(ValueError, match="at least one"):
+        noise_multiplier_for_parts(2.0, 1e-4, [])
 
 
 def test_noise_solver_rejects_unreachable_targets():

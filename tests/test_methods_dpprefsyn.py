@@ -8,7 +8,7 @@ import pytest
 from model_methods_support import finish, make_context, make_preference_split, run_rounds
 
 from benchmark.federation.clients import ClientData, client_scope
-from benchmark.privacy.accountants import epsilon, epsilon_from_ledger
+from benchmark.privacy.accountants import epsilon, epsilon_from_ledger, noise_multiplier_for
 from benchmark.privacy.errors import PrivacyError
 from benchmark.privacy.ledger import (
     EXPONENTIAL,
@@ -56,11 +56,36 @@ def test_every_private_step_is_a_recorded_harness_release(private_run):
     pure = sum(r.epsilon for r in releases if r.epsilon)
     assert pure == pytest.approx(4 * (1 / 8 + 1 / 8 + 1 / 16))
     assert epsilon_from_ledger(releases, 1e-4, "prv") <= 4.0
-    # σ was solved for the smallest allowed cluster (q = 4/n_min, 4 epochs): there the
-    # budget is spent exactly; kept clusters are larger and cost less
+    # one σ for every cluster, solved for the smallest allowed one (q = 4/n_min, 4 epochs)
+    # or raised for a kept cluster that costs more: the worst of them spends the budget
     n_min, sigma = state["smallest"], rewards[0].noise_multiplier
-    at_n_min = epsilon(sigma, 4 / n_min, n_min, 1e-4, "prv")
-    assert pure + at_n_min == pytest.approx(4.0, abs=0.01)
+    assert {r.noise_multiplier for r in rewards} == {sigma}
+    schedules = [(4 / n_min, n_min)] + [(r.sample_rate, r.count) for r in rewards]
+    worst = max(epsilon(sigma, q, steps, 1e-4, "prv") for q, steps in schedules)
+    assert pure + worst == pytest.approx(4.0, abs=0.01)
+
+
+def test_a_kept_cluster_whose_steps_round_up_gets_more_noise_not_more_epsilon(tmp_path):
+    """The paper solves σ2 for the smallest allowed cluster, n_min. A kept cluster of
+    released size n_min + 0.3 runs ⌈4·(n_min + 0.3)/4⌉ = n_min + 1 steps at rate
+    4/(n_min + 0.3): q·T > 4 epochs, more than n_min's run costs under that σ2. σ2 is
+    raised for it, so the run stays within ε instead of being stopped by the budget."""
+    ctx = make_context(
+        tmp_path, epsilon=4.0, split=make_preference_split(), unit="sample", delta=1e-4,
+        accountant="prv",
+    )  # fmt: skip
+    method = DPPrefSyn(DPPrefSyn.resolve_config("tiny", {"gap": 0.0}))
+    state = run_rounds(method, ctx, rounds=[0, 1])
+    n_min = state["smallest"]
+    state = {**state, "sizes": np.full(2, n_min + 0.3), "kept": [0, 1]}
+    pure = sum(r.epsilon for r in ctx.pool.ledger.releases)
+    paper_sigma = noise_multiplier_for(4.0 - pure, 1e-4, 4 / n_min, n_min, "prv")
+    assert pure + epsilon(paper_sigma, 4 / (n_min + 0.3), n_min + 1, 1e-4, "prv") > 4.01
+    state = run_rounds(method, ctx, state, rounds=[2])
+    rewards = [r for r in ctx.pool.ledger.releases if r.partition]
+    assert [(r.sample_rate, r.count) for r in rewards] == [(4 / (n_min + 0.3), n_min + 1)] * 2
+    assert rewards[0].noise_multiplier > paper_sigma
+    assert epsilon_from_ledger(ctx.pool.ledger.releases, 1e-4, "prv") <= 4.0
 
 
 def test_the_cluster_histogram_is_noisy_and_charged(private_run):

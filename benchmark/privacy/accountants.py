@@ -329,6 +329,30 @@ def noise_multiplier_for(
     return hi
 
 
+def noise_multiplier_for_parts(
+    target: float,
+    delta: float,
+    schedules: Sequence[tuple[float, int]],
+    accountant: str = "rdp",
+    mechanism: str = SUBSAMPLED_GAUSSIAN,
+) -> float:
+    """Smallest σ (within :data:`SIGMA_RTOL`) under which every ``(sample_rate, steps)``
+    schedule, each run on its own disjoint part of the units (parallel composition: the
+    worst part counts), stays within ε = ``target``.
+
+    The first schedule's σ is raised only for a schedule that exceeds ``target`` under
+    it: ε falls as σ grows, so the largest of those σ keeps every schedule within.
+    """
+    if not schedules:
+        raise ValueError("schedules: need at least one (sample_rate, steps)")
+    (rate, steps), *rest = dict.fromkeys(schedules)
+    sigma = noise_multiplier_for(target, delta, rate, steps, accountant, mechanism)
+    for rate, steps in rest:
+        if epsilon(sigma, rate, steps, delta, accountant, mechanism) > target:
+            sigma = noise_multiplier_for(target, delta, rate, steps, accountant, mechanism)
+    return sigma
+
+
 def analytic_gaussian_delta(sigma: float, epsilon: float, sensitivity: float = 1.0) -> float:
     """Smallest δ for which one Gaussian release of std ``sigma`` is (ε, δ)-DP.
 
