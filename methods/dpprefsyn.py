@@ -296,14 +296,16 @@ class DPPrefSyn(Method):
         batch = c["batch"] if private else c["nonprivate_batch"]
         epochs = c["epochs"] if private else c["nonprivate_epochs"]
         smallest = max(state["smallest"], batch)
-        schedules = {  # a kept cluster's (Poisson rate, steps), from its released size
-            k: (batch / size, math.ceil(epochs * size / batch))
-            for k in state["kept"]
-            for size in [max(float(state["sizes"][k]), smallest)]
-        }
+
+        def schedule(size: float) -> tuple[float, int]:
+            """A cluster's (Poisson rate, steps) from its size."""
+            return batch / size, math.ceil(epochs * size / batch)
+
+        schedules = {k: schedule(max(float(state["sizes"][k]), smallest)) for k in state["kept"]}
+        rate, steps = schedule(smallest)
         sigma = ctx.noise_for(
-            steps=math.ceil(epochs * smallest / batch),
-            sample_rate=batch / smallest,
+            steps=steps,
+            sample_rate=rate,
             epsilon=self._sgd_epsilon(ctx),
             parts=list(schedules.values()),
         )

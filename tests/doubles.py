@@ -10,6 +10,9 @@ from benchmark.data import FederatedSplit
 from benchmark.method import Method
 from benchmark.registry import METHODS
 
+# DP noise from the spec seed, not a secret one (a simulated guarantee): a run repeats
+SEEDED = {"noise_seed": "spec", "guarantee": "simulated"}
+
 
 class StubProfile:
     """Test double: the harness mechanics under test need no models."""

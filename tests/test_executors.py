@@ -5,6 +5,7 @@ run, when the noise comes from the spec."""
 import dataclasses
 
 import pytest
+from doubles import SEEDED
 
 from leaderboard.catalog import SUITES
 from leaderboard.executors import Job, LocalExecutor, RayExecutor, make_executor
@@ -13,8 +14,6 @@ from leaderboard.suites import run_suite
 pytestmark = pytest.mark.alone  # a local Ray cluster: run after the parallel part (Makefile)
 
 ray = pytest.importorskip("ray")  # the cluster extra; `make test` installs it
-
-SPEC_NOISE = {"noise_seed": "spec", "guarantee": "simulated"}
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +43,7 @@ SUITE = dataclasses.replace(
     methods=METHODS,
     seeds=(0,),
     metrics=({"name": "next_token", "settings": {}},),
-    method_privacy={m: SPEC_NOISE for m in METHODS},
+    method_privacy={m: SEEDED for m in METHODS},
 )
 
 

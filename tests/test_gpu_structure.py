@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from doubles import SEEDED
 from model_methods_support import make_preference_split, make_split
 
 from benchmark.runner import run
@@ -30,7 +31,6 @@ pytestmark = pytest.mark.end_to_end
 
 FAKES = Path(__file__).parent / "fakes" / "site-packages"
 ISOLATED = __import__("os").environ.get("STRUCTURE_INPROCESS") is None
-SEEDED = {"noise_seed": "spec", "guarantee": "simulated"}
 
 # Every count shrunk to the least that runs the method's code paths; batch sizes untouched.
 PE = {"iterations": 1, "population_size": 4, "lookahead": 1, "variation_steps": 1}

@@ -8,7 +8,7 @@ from pathlib import Path
 import adversaries  # noqa: F401  (registers the adversarial adapters)
 import pytest
 import torch
-from doubles import StubProfile, make_split
+from doubles import SEEDED, StubProfile, make_split
 
 from benchmark.isolation.coordinator import MethodError
 from benchmark.isolation.sandbox import landlock_abi
@@ -40,9 +40,6 @@ def go(tmp_path, s, isolated=True):
 def leaks(result):
     released = json.dumps(result.artifact.texts)
     return [t for t in TRAIN_TEXTS if t.strip() in released]
-
-
-SEEDED = {"noise_seed": "spec", "guarantee": "simulated"}
 
 
 def test_isolated_records_equal_in_process_records(tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 import adversaries  # noqa: F401  (registers the adversarial adapters)
 import numpy as np
 import pytest
-from doubles import StubProfile, make_split
+from doubles import SEEDED, StubProfile, make_split
 
 from benchmark.federation.pool import ClientPool
 from benchmark.isolation.client_process import PRIVATE_LOG
@@ -109,8 +109,7 @@ def fedavg(rounds):
                 "name": "dp_fedavg",
                 "params": {"rounds": rounds, "clients_per_round": 4, "public_epochs": 1},
             },
-            "privacy": {"epsilon": 4.0, "delta": 1e-2, "allow_large_delta": True,
-                        "noise_seed": "spec", "guarantee": "simulated"},
+            "privacy": {"epsilon": 4.0, "delta": 1e-2, "allow_large_delta": True, **SEEDED},
             "evaluation": {"metrics": []},
             "seed": 3,
             "profile": "tiny",

@@ -3,6 +3,7 @@ downstream policy), so the ``paper`` profile can run bge-large, Llama-2-7b-chat 
 Pythia-2.8B there while the other tracks keep its generator and embedder."""
 
 import pytest
+from doubles import SEEDED
 from model_methods_support import make_preference_split
 
 from benchmark.profiles.base import Generator
@@ -11,7 +12,6 @@ from benchmark.profiles.tiny import TinyProfile
 from benchmark.runner import run
 from benchmark.spec import spec_from_dict
 
-SEEDED = {"noise_seed": "spec", "guarantee": "simulated"}
 SLOTS = ("preference_embedder", "preference_generator", "preference_policy")
 WRITER_ID = "meta-llama/Llama-2-7b-chat-hf"  # as `paper` names its writer
 ALIGNMENT = {"sft_epochs": 1, "dpo_epochs": 1, "batch_size": 8, "max_completion_tokens": 8}

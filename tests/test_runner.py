@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from doubles import StubProfile, make_split
+from doubles import SEEDED, StubProfile, make_split
 
 from benchmark.privacy.errors import BudgetExceededError
 from benchmark.records import StaleRecordError
@@ -55,9 +55,6 @@ def test_noise_free_diagnostic_lands_only_in_quarantine(tmp_path):
     assert "exact_client_count_SECRET" in quarantined
     published = (result.run_dir / "result.json").read_text()
     assert "SECRET" not in published and "private_diagnostics" not in published
-
-
-SEEDED = {"noise_seed": "spec", "guarantee": "simulated"}
 
 
 def noise(result):
