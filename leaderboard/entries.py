@@ -250,11 +250,19 @@ def _instruments(run_records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def build_entry(
-    run_records: Sequence[dict[str, Any]], lb_version: str, variant: str | None = None
+    run_records: Sequence[dict[str, Any]],
+    lb_version: str,
+    variant: str | None = None,
+    control: bool = False,
 ) -> dict[str, Any]:
     """Aggregate the run records of one configuration (one per seed, in seed order, so the
     same records always make the same entry) into an entry; ``variant`` names the paper's
-    row it is, when a suite runs one method under several named configurations."""
+    row it is, when a suite runs one method under several named configurations.
+    ``control`` marks a variant its suite declares a control (shown, never ranked: a row
+    without private data or without noise); only a variant can be one, and a record's role
+    can only be lowered so, never raised to a bound."""
+    if control and not variant:
+        raise EntryError("only a suite's variant can be declared a control")
     if not run_records:
         raise EntryError("an entry needs at least one run record")
     run_records = sorted(run_records, key=lambda r: int(r["spec"]["seed"]))
@@ -283,7 +291,7 @@ def build_entry(
         "spec": spec,
         "split": first["split"],
         "contamination": first["contamination"],
-        "method": first["method"],
+        "method": {**first["method"], "role": "control"} if control else first["method"],
         **({"variant": variant} if variant else {}),
         "privacy": {
             **{k: first["privacy"][k] for k in ("epsilon_budget", "delta", "unit", "accountant")},

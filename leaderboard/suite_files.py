@@ -50,7 +50,8 @@ _REQUIRED = (
     "name", "version", "description", "source", "split_options", "profile", "epsilons",
     "delta", "seeds", "metrics", "methods",
 )  # fmt: skip
-_VARIANT_KEYS = ("method", "epsilon", "params", "description")
+_VARIANT_KEYS = ("method", "epsilon", "params", "description", "role")
+VARIANT_ROLES = ("method", "control")  # a variant is never a bound: bounds anchor the gap
 
 
 class SuiteFileError(ValueError):
@@ -103,8 +104,15 @@ def _variant(name: str, data: dict[str, Any]) -> Variant:
     unknown = sorted(set(data) - set(_VARIANT_KEYS))
     if unknown:
         raise SuiteFileError(f"variants.{name}: unknown key {unknown[0]!r}")
+    role = data.get("role", "method")
+    if role not in VARIANT_ROLES:
+        raise SuiteFileError(f"variants.{name}.role: {role!r} is not one of {VARIANT_ROLES}")
     return Variant(
-        data["method"], float(data["epsilon"]), data.get("params", {}), data.get("description", "")
+        data["method"],
+        float(data["epsilon"]),
+        data.get("params", {}),
+        data.get("description", ""),
+        role,
     )
 
 

@@ -87,6 +87,9 @@ class Variant:
     epsilon: float
     params: dict[str, Any] = field(default_factory=dict)
     description: str = ""
+    # "control": a row shown beside the methods and never ranked (no private data, or no
+    # noise: paper 001's Pre., the bench's noise-free ceilings).
+    role: str = "method"
 
 
 @dataclass(frozen=True)
@@ -398,7 +401,9 @@ def run_suite(
     for cell, records in grouped.items():
         if cell not in store.refused:
             try:
-                entry = build_entry(records, store.lb_version, variant=variant_of[cell])
+                variant = variant_of[cell]
+                control = variant is not None and suite.variants[variant].role == "control"
+                entry = build_entry(records, store.lb_version, variant, control)
                 entries.append(sign_entry(entry, store.key))
             except PublicationRefused as exc:
                 refuse(store, cell, str(exc))

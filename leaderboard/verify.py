@@ -200,8 +200,12 @@ def _check_aggregate(entry: dict[str, Any], records: dict[str, dict[str, Any]]) 
             raise EntryError(f"kept record {run} is not the one this entry was built from")
     if not all(run in records for run in entry["runs"]):
         return
+    control = entry["method"].get("role") == "control" and "variant" in entry
     rebuilt = build_entry(
-        [records[run] for run in entry["runs"]], entry["leaderboard_version"], entry.get("variant")
+        [records[run] for run in entry["runs"]],
+        entry["leaderboard_version"],
+        entry.get("variant"),
+        control,
     )
     if "run_digests" not in entry:
         del rebuilt["run_digests"]

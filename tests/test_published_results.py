@@ -29,7 +29,9 @@ def test_every_published_entry_carries_the_canary_audit():
 def test_every_adopted_selection_is_a_published_tuning_reports_choice():
     """A suite's ``selected_params`` are what a signed tuning report selected on validation
     for that suite, method and ε (verify checks each report against its kept records), so
-    no hand-picked value can pass as tuned."""
+    no hand-picked value can pass as tuned; and over the suite's declared grid for that
+    method, so no method is adopted from a larger search than the others had (equal
+    tuning: ``fedsynth suite tune --grid`` explores, it does not publish)."""
     reports = [json.loads(p.read_text()) for p in tuning_files(PUBLISHED)]
     adopted = [
         (suite.name, method, epsilon, params)
@@ -43,6 +45,7 @@ def test_every_adopted_selection_is_a_published_tuning_reports_choice():
             r["selected"]
             for r in reports
             if (r["suite"], r["method"], r["epsilon"]) == (suite, method, epsilon)
+            and r["grid"] == SUITES[suite].tuning[method]
         ]
         assert matching == [params], (suite, method, epsilon)
 

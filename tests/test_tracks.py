@@ -15,9 +15,10 @@ import methods  # noqa: F401  (registers the built-in adapters)
 from benchmark.cli.main import cli
 from leaderboard.catalog import SUITES
 from leaderboard.entries import build_entry, integrity_digest, version_definition
+from leaderboard.schema import EntryError
 from leaderboard.store import entry_files, query, rows_by_version, write_manifest, write_version
 from leaderboard.suites import Variant, instrument, run_suite
-from leaderboard.tables import build_table, render_text
+from leaderboard.tables import build_table, render_text, role_of
 from leaderboard.tracks import TRACKS, TrackView, contrasts, render_tracks, suite_of, track_views
 from leaderboard.verify import verify_tree
 from methods.dp_ftrl import ONE_PASS, ftrl_noise, tree_schedule
@@ -28,10 +29,12 @@ pytestmark = pytest.mark.end_to_end  # scheduled first (tests/conftest.py)
 def test_variants_of_one_method_are_signed_rows_of_their_own(tmp_path):
     """Two named rows of one method at one ε (paper 001's ε = 8 with and without
     refinement) are two entries, neither replacing the other; each carries its row's
-    name, verifies (its aggregate is rebuilt with the name) and is shown under it."""
+    name, verifies (its aggregate is rebuilt with the name) and is shown under it. A row
+    its suite declares a control (paper 001's Pre., the bench's noise-free ceilings) is
+    entered as one, so no table ranks it, and the role is signed with the entry."""
     variants = {
         "one_epoch": Variant("public_only", 0.0, {"public_epochs": 1}),
-        "two_epochs": Variant("public_only", 0.0, {"public_epochs": 2}),
+        "two_epochs": Variant("public_only", 0.0, {"public_epochs": 2}, role="control"),
     }
     suite = dataclasses.replace(
         SUITES["tiny"], metrics=(), methods=tuple(variants), variants=variants
@@ -45,6 +48,11 @@ def test_variants_of_one_method_are_signed_rows_of_their_own(tmp_path):
     assert len(entry_files(results)) == 2  # the second did not supersede the first
     assert verify_tree(results, trust_host=True) == []
     assert sorted(r.method for r in query(results)) == ["one_epoch", "two_epochs"]
+    roles = {e["variant"]: e["method"]["role"] for e in entries}
+    assert roles == {"one_epoch": "bound", "two_epochs": "control"}
+    assert {r.method: role_of(r) for r in query(results)} == roles  # what tables rank by
+    with pytest.raises(EntryError, match="only a suite's variant"):
+        build_entry([], "lb-x", control=True)
     edited = json.loads(entry_files(results)[0].read_text())
     edited["variant"] = "relabelled"  # relabelling a row breaks its digest and signature
     entry_files(results)[0].write_text(json.dumps(edited))
