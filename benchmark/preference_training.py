@@ -250,7 +250,7 @@ def reference_margins(
     out = torch.zeros(len(chosen))
     for start in range(0, len(order), batch_size):
         part = order[start : start + batch_size]
-        zero = torch.zeros(len(part))
+        zero = torch.zeros(len(part), device=next(model.parameters()).device)
         with training_autocast(model):
             margins = dpo_margins(
                 model, [chosen[i] for i in part], [rejected[i] for i in part], zero

@@ -351,7 +351,11 @@ def render_text(table: Table, bold: tuple[str, str] = ("\033[1m", "\033[0m")) ->
         lines.append(cells)
     out = [f"{table.split} — {metric_label(table.metric)} ({columns_note(table)})"]
     out += _aligned([header, *lines], bold)
-    out += [f"  {m}: {role_label(table, m)}" for m in table.methods if table.roles[m] != "method"]
+    out += [  # a reference row's meaning (a suite's own rows are described by its track)
+        f"  {m}: {role_label(table, m)}"
+        for m in table.methods
+        if table.roles[m] != "method" and table.names.get(m, m) in ROW_LABELS
+    ]
     return "\n".join(out + render_comparisons(table))
 
 

@@ -76,7 +76,10 @@ class WinRate(Metric):
     def _answers(self, artifact: Artifact, ctx: EvalContext, prompts: list[str]) -> list[str]:
         """Greedy answers of the release's policy (``EvalContext.policy``)."""
         model, tokenizer = ctx.policy(artifact)
-        policy = HFGenerator(model, tokenizer, name=f"policy of {artifact.kind} release")
+        device = str(next(model.parameters()).device)  # where the policy is: not moved
+        policy = HFGenerator(
+            model, tokenizer, name=f"policy of {artifact.kind} release", device=device
+        )
         greedy = SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0)
         return policy.generate(prompts, greedy)
 

@@ -207,8 +207,7 @@ def _serve(init: dict[str, Any], blobs: list[bytes], stream: Any) -> None:
         wire.send(stream, {"done": True, "names": names})
         return
     method_cls = _load_method(init)
-    profile = _profile(init, blobs)
-    if init["op"] == "describe":
+    if init["op"] == "describe":  # no profile: a describe process has no GPU to build one on
         config = method_cls.resolve_config(init["profile"], init["params"])
         info = {"config": config, "role": method_cls.role}
         info |= {"privacy_units": list(method_cls.privacy_units)}
@@ -216,6 +215,7 @@ def _serve(init: dict[str, Any], blobs: list[bytes], stream: Any) -> None:
         info |= {"post_processing": list(method_cls.post_processing)}
         wire.send(stream, {"done": True, **info})
         return
+    profile = _profile(init, blobs)
     method = method_cls(init["config"])
     from benchmark.data import TEXT
     from benchmark.profiles.base import bind_public
