@@ -441,7 +441,7 @@ def render_comparisons(table: Table) -> list[str]:
             f"SE {d.se:.4f}: {sep.ses_apart:.1f} SEs apart"
         )
         if sep.basis == CLIENTS_AND_SEEDS:
-            text += " paired (test clients and seeds resampled)"
+            text += " paired (test clients resampled, each row's seed error drawn)"
             if sep.unpaired_se:
                 text += f"; unpaired SE {sep.unpaired_se:.4f}: {d.point / sep.unpaired_se:.1f}"
         else:

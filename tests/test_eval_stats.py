@@ -69,7 +69,7 @@ def test_without_resampling_the_point_is_the_published_micro_average():
 
 
 def test_paired_interval_is_narrower_than_unpaired_when_clients_differ():
-    base, better = synthetic_arms(np.random.default_rng(1))
+    base, better = synthetic_arms(np.random.default_rng(1), seed_sd=0.0005)
     boot = PairedBootstrap(base.clients, replicates=1000, seed=0)
     paired = boot.difference(("better", better), ("base", base))
     unpaired = boot.difference(("better", better), ("base", base), paired=False)
@@ -90,6 +90,32 @@ def test_the_paired_interval_covers_the_true_difference():
         )
         covered += interval.low <= 0.02 <= interval.high
     assert 0.88 <= covered / trials <= 0.98  # 0.93 measured; unpaired: 1.0
+
+
+def test_where_clients_agree_the_interval_is_the_t_interval_over_seeds():
+    """A cell whose clients all score alike within a seed has no test-sampling variance:
+    its difference from a fixed bound gets the t-interval over its 3 seeds (t(2) = 4.30),
+    not a bootstrap over them (±1.6 SE: ~75 % coverage, issue found by review)."""
+    tokens = np.full((3, 50), 100)
+    arm = ClientHits(np.array([[20] * 50, [21] * 50, [22] * 50]), tokens)
+    bound = ClientHits(np.full((3, 50), 10), tokens)
+    diff = PairedBootstrap(50, replicates=4000, seed=1).difference(("a", arm), ("b", bound))
+    t_half = 4.302652729911275 * 0.01 / math.sqrt(3)
+    assert diff.point == pytest.approx(0.11)
+    assert (diff.high - diff.low) / 2 == pytest.approx(t_half, rel=0.1)
+    assert diff.se == pytest.approx((diff.high - diff.low) / (2 * 1.959964), rel=1e-4)
+
+
+def test_the_interval_covers_where_seeds_dominate():
+    rng = np.random.default_rng(13)
+    covered, trials = 0, 200
+    for trial in range(trials):
+        base, better = synthetic_arms(rng, clients=100, effect=0.02, seed_sd=0.04)
+        interval = PairedBootstrap(100, replicates=400, seed=trial).difference(
+            ("better", better), ("base", base)
+        )
+        covered += interval.low <= 0.02 <= interval.high
+    assert 0.9 <= covered / trials <= 0.995  # 0.975 measured; resampling the seeds: 0.79
 
 
 def test_resampling_is_deterministic_given_the_seed_and_independent_of_order():
@@ -135,3 +161,4 @@ def test_seed_only_fallback_is_welch_and_undefined_without_variance():
     assert interval.point == pytest.approx(0.11)
     assert interval.high - interval.point == pytest.approx(t_975_df2 * 0.01 / math.sqrt(3))
     assert seed_difference([0.2], [0.1, 0.1, 0.1]) is None
+    assert seed_difference([0.2], [0.1, 0.12, 0.11]) is None  # one seed: no variance known
