@@ -65,14 +65,21 @@ def rounds_key(
     resolved: ResolvedSpec, post_processing: Sequence[str], models: dict[str, Any]
 ) -> str:
     """A digest of everything a run's private rounds may depend on: its resolved spec (the
-    method's resolved config less the post-processing keys; the evaluation only as whether
-    a :data:`TRAINING_METRICS` audit holds units out) and the profile's ``models``."""
+    method's resolved config less the post-processing keys; of the evaluation, the names
+    of its metrics) and the profile's ``models``.
+
+    The metrics are in it although only a :data:`TRAINING_METRICS` audit changes what the
+    rounds train on: a tuning measures fewer metrics than the suite's published runs, so
+    they never share rounds. Otherwise the published run at the tuning's seed would fork
+    the candidates' rounds and, with the selected sampling, reproduce the very release that
+    won on validation: its test score would carry the selection's luck, and the other
+    seeds' would not."""
     data = resolved.to_dict()
     method = data["method"]
     method.pop("params")  # the resolved config holds them
     method["config"] = {k: v for k, v in method["config"].items() if k not in post_processing}
     metrics = data.pop("evaluation")["metrics"]
-    data["training_metrics"] = sorted({m["name"] for m in metrics} & set(TRAINING_METRICS))
+    data["metrics"] = sorted({m["name"] for m in metrics})
     data["models"] = models
     blob = json.dumps(data, sort_keys=True, default=str).encode()
     return f"{resolved.spec.method.name}__{hashlib.sha256(blob).hexdigest()[:24]}"

@@ -21,7 +21,10 @@ and digest it was made under (``suite_definition``); the selected parameters bec
 file's ``selected_params`` for the method and ε, with its version bumped (a test holds them
 equal to the report's selection).
 The seed may be any (a seed outside the suite's keeps the tuning's noise draws apart from
-the reported runs'; the default is the suite's first).
+the reported runs'; the default is the suite's first). The published run at the tuning's
+seed never forks the candidates' rounds (their metrics differ, and the rounds key names
+them: :func:`benchmark.shared_rounds.rounds_key`), so it does not reproduce the release
+that won on validation.
 
 Not accounted: the candidates' runs read the same private clients, so releasing only the
 best of them costs more privacy than one run's ε (Papernot & Steinke 2022). The papers do
