@@ -1,9 +1,11 @@
 """Which way is better for each metric: one table, read by the leaderboard's tables and by
 hyperparameter selection (a leaf module, so neither imports the other)."""
 
-# Metrics where smaller is better; everything else is larger-is-better.
+# Metrics where smaller is better; everything else is larger-is-better. MAUVE's frontier
+# integral is a divergence between the release's and the real texts' distributions.
 LOWER_IS_BETTER = (
     "next_token.ce", "fid.fid", "mia.loss_auc", "mia.calibrated_auc", "premia.auc", "dcr.auc",
+    "mauve.frontier_integral",
 )  # fmt: skip
 
 

@@ -199,3 +199,14 @@ def test_an_entry_built_from_records_keeps_them_and_the_schema_checks_them():
     entry["per_client"]["next_token"]["test"]["tokens"] = [4, -1]
     with pytest.raises(EntryError, match="per_client"):
         validate_entry(entry)
+
+
+def test_a_divergence_ranks_its_smallest_value_first():
+    """MAUVE's frontier integral is a divergence from the real texts: lower is better."""
+    pair = [row(name, 1.0, 0.3, role="method", seed=i) for i, name in enumerate(("a", "b"))]
+    for r, value in zip(pair, (0.2, 0.5), strict=True):
+        r.entry["metrics"]["mauve.frontier_integral"] = {
+            **summarize([value] * 3).as_dict(),
+            "values": [value] * 3,
+        }
+    assert build_table(pair, "toy", "mauve.frontier_integral").best == {1.0: "a"}
