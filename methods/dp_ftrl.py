@@ -16,7 +16,12 @@ Algorithm and where it runs:
    ⌈log₂(Lₖ+1)⌉ Gaussian releases (dp-accounting), so the ledger is D = Σₖ ⌈log₂(Lₖ+1)⌉
    Gaussians at σ, and σ = √(D/d) · ``ctx.noise_for(steps=L, mechanism="tree_aggregation")``
    (d = ⌈log₂(L+1)⌉) meets the budget exactly (RDP accountant, the only one that accounts
-   for trees) — ``setup``.
+   for trees) — ``setup``. Neighbours are zero-out (one unit's data replaced by nothing,
+   N public), as in Kairouz et al. and dp-accounting's tree bound; with cohorts c < N an
+   add/remove neighbour moves a client into another's slot, a replace-one change of
+   sensitivity 2C, under which the same tree costs more (paper 002's one 1,600-leaf tree
+   at σ = 8.83, δ = 1e-6: ε = 1.77 zero-out, 3.79 at 2C). Full participation (one-leaf
+   trees) is the same under both.
 4. Each round: the pool runs ClientUpdate (local SGD, as in DP-FedAvg) on the next cohort,
    clips each delta to C, adds the leaf and returns the current tree's noisy prefix sum Sₜ
    (``ctx.pool.tree_step``).

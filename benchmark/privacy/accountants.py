@@ -24,6 +24,11 @@ unit is in one part, so the ledger's ε is the worst part's, each part composed 
 releases that touch every unit. An ``uncharged`` release (``guarantee: simulated`` runs
 only) adds nothing: that is what makes such a run's ε simulated.
 
+Neighbouring datasets: add/remove of one unit for every mechanism but the tree, which
+dp-accounting bounds under zero-out (the unit replaced by nothing, N public; the
+subsampled Gaussian's RDP is the same under both). DP-FTRL with cohorts smaller than N is
+therefore stated under zero-out, as its papers state it (``methods/dp_ftrl.py``).
+
 dp-accounting, opacus (which loads torch) and scipy are imported where they are used,
 so importing this module (the CLI does, for every command) stays cheap.
 """
