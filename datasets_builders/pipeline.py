@@ -645,14 +645,32 @@ def default_cache_dir(source: Source) -> Path:
     return cache_dir() / SOURCES / source.name
 
 
-def built_with(out_dir: str | Path, options: SplitOptions) -> bool:
-    """Whether ``out_dir`` holds a finished split built under ``options``: its manifest's
-    build section is ``options.defining()`` plus the tokenizer's fingerprint."""
+def source_section(source: Source, options: SplitOptions, revision: str) -> dict[str, Any]:
+    """The manifest's source section: what the data came from (hashed but the prose)."""
+    return {
+        "name": source.name,
+        "revision": revision,
+        "options": options.source_options,
+        "description": source.description,
+        "demo": source.demo,
+        "date_field": source.date_field,
+    }
+
+
+def built_with(out_dir: str | Path, source: Source, options: SplitOptions) -> bool:
+    """Whether ``out_dir`` holds a finished split of ``source`` built under ``options``: its
+    manifest's source section (the source's options and revision included) and build
+    section (plus the tokenizer's fingerprint) are the ones a build now would write."""
     if not split_storage.is_complete(out_dir):
         return False
-    built = dict(split_storage.read_manifest(out_dir)["build"])
+    manifest = split_storage.read_manifest(out_dir)
+    built = dict(manifest["build"])
     built.pop("tokenizer_sha256", None)
-    return split_hash.canonical(built) == split_hash.canonical(options.defining())
+    now = source_section(source, options, source.revision(dict(options.source_options)))
+    return split_hash.canonical(built) == split_hash.canonical(options.defining()) and (
+        split_hash.canonical(split_hash.hashed_source(manifest["source"]))
+        == split_hash.canonical(split_hash.hashed_source(now))
+    )
 
 
 def build_split(
@@ -688,18 +706,11 @@ def build_split(
 
     sidecar = _sidecar(docs, parts, client_info)
     sidecar_bytes = split_hash.canonical(sidecar)
-    source_section = {
-        "name": source.name,
-        "revision": revision,
-        "options": options.source_options,
-        "description": source.description,
-        "demo": source.demo,
-        "date_field": source.date_field,
-    }
+    source_part = source_section(source, options, revision)
     build_section = options.defining()
     build_section["tokenizer_sha256"] = tokenizer.fingerprint if tokenizer else None
     digest = split_hash.content_hash(
-        parts, source_section, build_section, split_hash.sha256(sidecar_bytes)
+        parts, source_part, build_section, split_hash.sha256(sidecar_bytes)
     )
     version = split_hash.version_of(digest)
     manifest = {
@@ -708,7 +719,7 @@ def build_split(
         "version": version,
         "content_hash": digest,
         "demo": source.demo,
-        "source": source_section,
+        "source": source_part,
         "build": build_section,
         "filters": {
             "date_window": {

@@ -229,7 +229,7 @@ def ensure_split(suite: Suite, splits_root: Path) -> Path:
     out = splits_root / f"{suite.source}-{suite.name}"
     source = DATASETS.get(suite.source)()
     options = options_for(source, suite.split_options)
-    if not built_with(out, options):
+    if not built_with(out, source, options):
         build_split(source, options, out, overwrite=is_complete(out))
     return out
 

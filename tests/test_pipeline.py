@@ -14,6 +14,7 @@ from datasets_builders.pipeline import (
     SplitError,
     SplitOptions,
     build_split,
+    built_with,
     chunk_texts,
     clean_text,
     load_tokenizer,
@@ -277,6 +278,20 @@ def test_existing_split_is_kept_unless_overwritten(tmp_path):
     )
     assert split_storage.read_manifest(tmp_path / "split")["version"] == second["version"]
     assert second["version"] != first["version"]
+
+
+def test_a_split_is_reused_only_for_the_same_source_options_and_revision(tmp_path):
+    """A suite's split is rebuilt when its source's options or the source's revision changed
+    (a source option can change the privacy unit: chitchat_prefs' ``client_by``)."""
+    source = ToySource(make_records())
+    options = SplitOptions(source_options={"history": 2}, **WHOLE)
+    build_split(source, options, tmp_path / "split", cache_dir=tmp_path / "c")
+    assert built_with(tmp_path / "split", source, options)
+    other = dataclasses.replace(options, source_options={"history": 2, "client_by": "side"})
+    assert not built_with(tmp_path / "split", source, other)
+    assert not built_with(tmp_path / "split", source, dataclasses.replace(options, seed=3))
+    source.revision = lambda options: "toy-2"
+    assert not built_with(tmp_path / "split", source, options)
 
 
 def test_options_for_layers_source_recipe_under_overrides():
