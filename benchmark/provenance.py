@@ -61,9 +61,23 @@ def code_version(root: Path = Path(__file__).resolve().parent.parent) -> str:
         return f"fedsynth-{package_versions()['fedsynth']}"
 
 
+def cpu_model() -> str:
+    """The processor's name (``/proc/cpuinfo``'s model name on Linux): a reproduction on
+    another machine says which two it compared."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
 def hardware() -> dict[str, str | int]:
     info: dict[str, str | int] = {
         "machine": platform.machine(),
+        "cpu_model": cpu_model(),
         "cpus": os.cpu_count() or 0,
         "python": platform.python_version(),
     }

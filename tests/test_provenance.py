@@ -1,8 +1,9 @@
 """What a record says about the code that made it (``benchmark.provenance``)."""
 
 import subprocess
+from pathlib import Path
 
-from benchmark.provenance import code_version
+from benchmark.provenance import code_version, cpu_model, hardware
 
 
 def _git(root, *args):
@@ -25,3 +26,12 @@ def test_a_checkout_is_dirty_for_its_code_not_for_the_results_store_runs_add_to(
     assert code_version(tmp_path) == head
     (tmp_path / "harness.py").write_text("x = 2\n")
     assert code_version(tmp_path) == f"{head}+dirty"
+
+
+def test_a_record_names_the_processor_it_ran_on():
+    """Two machines' numbers are compared by name (docs/results.md: a reproduction)."""
+    model = cpu_model()
+    assert model and model == hardware()["cpu_model"]
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        assert model in cpuinfo.read_text()
