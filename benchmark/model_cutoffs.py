@@ -7,9 +7,10 @@ written after its release, so the bound keeps a "clean" verdict sound (only ever
 strict). Cut-offs are inclusive to the end of their month.
 
 :func:`check` gives ``contaminated`` when the split's private data may predate the
-cut-off (window start, else the oldest private record date, on or before the end of the
-cut-off month) and always for demo corpora; ``clean`` when the window starts after the
-cut-off month; ``unknown`` when the split gives no date to compare.
+cut-off (the oldest private record's date, or the window start where that is earlier or
+no record is dated, on or before the end of the cut-off month) and always for demo
+corpora; ``clean`` when that date is after the cut-off month; ``unknown`` when the split
+gives no date to compare.
 """
 
 from __future__ import annotations
@@ -69,6 +70,20 @@ MODELS: tuple[ModelInfo, ...] = (
         "release_bound",
         ("huggingfacetb/smollm2-135m-instruct",),
     ),
+    # all-mpnet-base-v2 (the cpu preference judge's encoder): as all-MiniLM-L6-v2, no date
+    # on the card; released Aug 2021.
+    ModelInfo(
+        "all-mpnet-base-v2",
+        "2021-08",
+        "release_bound",
+        ("sentence-transformers/all-mpnet-base-v2",),
+    ),
+    # TinyLlama v1.1 (paper's public LLM): no cut-off on the card; released by Apr 2024 (its
+    # collection's date), so the bound is April (a later month is only stricter).
+    ModelInfo("tinyllama-v1.1", "2024-04", "release_bound", ("tinyllama/tinyllama_v1.1",)),
+    # Pythia 2.8B (paper's preference policy): trained on the Pile (2020); no month stated;
+    # the suite's paper is Apr 2023 (arXiv 2304.01373), the bound used.
+    ModelInfo("pythia-2.8b", "2023-04", "release_bound", ("eleutherai/pythia-2.8b",)),
     # BAAI bge-large-en-v1.5: no cut-off published; released Sep 2023.
     ModelInfo("bge-large-en-v1.5", "2023-09", "release_bound", ("baai/bge-large-en-v1.5",)),
     # Gemma 3 270M (base; the cpu-gemma profile's generator): released Aug 2025, used as
@@ -136,15 +151,14 @@ def check(manifest: Mapping[str, Any], model: str) -> Verdict:
         )
     info = lookup(model)
     cutoff = f"{info.cutoff} ({info.kind.replace('_', ' ')})"
-    start = manifest.get("filters", {}).get("date_window", {}).get("start")
-    basis = "window start"
-    if start is None:
-        dates = _private_dates(manifest)
-        if not dates:
-            return Verdict(
-                "unknown", info.name, "the split has no date window and no dated records"
-            )
-        start, basis = dates[0], "oldest private record"
+    window = manifest.get("filters", {}).get("date_window", {}).get("start")
+    # the oldest private record when there is one: a record a source pins to a private part
+    # keeps its part even when it predates the window
+    candidates = [(d, "oldest private record") for d in _private_dates(manifest)[:1]]
+    candidates += [(window, "window start")] if window is not None else []
+    if not candidates:
+        return Verdict("unknown", info.name, "the split has no date window and no dated records")
+    start, basis = min(candidates)
     if start > info.cutoff_end:
         return Verdict("clean", info.name, f"{basis} {start} is after the cut-off {cutoff}")
     return Verdict("contaminated", info.name, f"{basis} {start} is not after the cut-off {cutoff}")

@@ -45,6 +45,26 @@ def test_without_a_window_the_oldest_private_date_decides():
     assert unknown.status == "unknown" and "no date" in unknown.reason
 
 
+def test_a_private_record_older_than_the_window_decides():
+    """A source may pin a record to a private part though it predates the window (e.g.
+    stackoverflow's TFF train rows): the oldest private date is compared, not the window."""
+    verdict = check(manifest("2024-01-01", private_min="2020-06-01"), "llama-3-8b")
+    assert verdict.status == "contaminated" and "oldest private record 2020-06-01" in verdict.reason
+    assert check(manifest("2024-01-01", private_min="2024-02-01"), "llama-3-8b").reason == (
+        "window start 2024-01-01 is after the cut-off 2023-03 (documented)"
+    )
+
+
+def test_every_hub_model_the_paper_profile_loads_has_a_cut_off():
+    from benchmark.profiles import new_profile
+
+    described = new_profile("paper").describe()
+    roles = ("generator", "ondevice_lm", "conditional_lm", "public_llm", "masked_filler")
+    roles += ("embedder", "preference_embedder", "preference_generator", "preference_policy")
+    for role in roles:
+        lookup(described[role].split(" ")[0])  # KeyError names an unregistered one
+
+
 def test_registry_names_aliases_and_unknown_models():
     assert lookup("Meta-Llama/Meta-Llama-3-8B").name == "llama-3-8b"
     assert lookup("distilgpt2").cutoff == "2019-10"
