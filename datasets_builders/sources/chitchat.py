@@ -27,7 +27,9 @@ Records and clients:
 Default recipe (``split_defaults``): private = conversations started in the window
 2018-05-01 … 2018-11-30, public = the conversations before it (``before_window``: the
 April 2018 conversations, data a model trained then could have seen), 100 validation and
-250 test people held out whole (so train, validation and test are person-disjoint), at
+250 test people drawn and held out whole (so train, validation and test are
+person-disjoint; drawn before spans under the minimum length drop, so 93 and 233 keep
+data), at
 most 8 spans per person, 4,000 public spans. The split's sizes:
 ``docs/measurements/working-scale.md#chitchat``.
 
