@@ -25,7 +25,7 @@ from leaderboard.entries import (
 )
 from leaderboard.schema import EntryError
 from leaderboard.selection import check_report
-from leaderboard.signing import accepted_keys, check_signature, sign_entry, verified_body
+from leaderboard.signing import accepted_keys, check_signature, verified_body
 from leaderboard.store import (
     VERSION_FILE,
     entry_files,
@@ -34,7 +34,6 @@ from leaderboard.store import (
     record_files,
     tuning_files,
     tuning_path,
-    write_entry,
 )
 from leaderboard.store_index import (
     INDEX_FILE,
@@ -42,7 +41,6 @@ from leaderboard.store_index import (
     file_digest,
     indexed_files,
     read_index,
-    update_index,
     write_index,
 )
 
@@ -212,29 +210,6 @@ def _check_aggregate(entry: dict[str, Any], records: dict[str, dict[str, Any]]) 
         rebuilt["integrity"] = integrity_digest(rebuilt)
     if rebuilt["integrity"] != entry["integrity"]:
         raise EntryError("not the aggregate of its stored run records")
-
-
-def sign_unsigned(
-    root: Path, key: Ed25519PrivateKey, split_hashes: dict[str, str] | None = None
-) -> tuple[list[Path], list[tuple[Path, str]]]:
-    """Sign every unsigned entry that passes all other checks (signed paths, problems).
-
-    For entries written before the harness signed them. An entry that fails a check is left
-    unsigned, and a signed one is never re-signed: signing must not launder an edit.
-    """
-    signed, problems = [], []
-    for path in entry_files(root):
-        try:
-            entry = _check_stored(root, path, split_hashes)
-        except EntryError as exc:
-            problems.append((path, str(exc)))
-            continue
-        if "signature" not in entry:
-            signed.append(write_entry(root, sign_entry(entry, key)))
-    if signed and (root / INDEX_FILE).exists():
-        keys, _ = accepted_keys(root, trust_host=True)
-        update_index(root, key, keys, written=signed)
-    return signed, problems
 
 
 def index_store(

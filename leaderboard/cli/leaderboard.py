@@ -215,28 +215,6 @@ def verify(
         click.echo(f"{signers['UNSIGNED']} unsigned entries accepted by --allow-unsigned", err=True)
 
 
-@leaderboard_group.command("sign")
-@RESULTS
-def sign(results_dir: str) -> None:
-    """Sign the store's unsigned entries with this host's key ($FEDSYNTH_SIGNING_KEY, else
-    ~/.config/fedsynth/signing-key.pem) and export its public key into _keys/. For entries
-    written before the harness signed them; entries that fail verification are left
-    unsigned, signed ones are never re-signed."""
-    from leaderboard.store import manifest_hashes
-    from leaderboard.verify import sign_unsigned
-
-    root = Path(results_dir)
-    key = _host_key(root)
-    signed, problems = sign_unsigned(root, key, manifest_hashes(root))
-    for path in signed:
-        click.echo(f"signed {path}")
-    for path, problem in problems:
-        click.echo(f"NOT SIGNED {path}: {problem}", err=True)
-    if problems:
-        raise click.ClickException(f"{len(problems)} entries failed verification; not signed")
-    click.echo(f"signed {len(signed)} entries")
-
-
 def _host_key(root: Path) -> Any:
     """This host's signing key for ``root`` (exported into its _keys/), or a CLI error."""
     from leaderboard.signing import SigningKeyError, host_key
