@@ -117,16 +117,17 @@ def check_entry(entry: dict[str, Any], split_hashes: dict[str, str] | None = Non
             )
 
 
-def _check_stored(root: Path, path: Path, split_hashes: dict[str, str] | None) -> dict[str, Any]:
-    """Read one stored entry and run every check but its signature; returns it."""
-    entry = read_entry(path)
+def _check_stored(
+    root: Path, path: Path, entry: dict[str, Any], split_hashes: dict[str, str] | None
+) -> None:
+    """Every check of a stored entry but its digest and signature: its place, its ε from
+    the ledgers, its split."""
     if entry_path(root, entry) != path:  # a copy under another name would be a second row
         raise EntryError(
             f"stored at the wrong place: its content belongs at "
             f"{entry_path(root, entry).relative_to(root)}"
         )
     check_entry(entry, split_hashes)
-    return entry
 
 
 def verify_tree(
@@ -176,11 +177,12 @@ def verify_tree(
             problems.append((path, f"tuning report: {exc}"))
     for path in entry_files(root):
         try:
-            entry = _check_stored(root, path, split_hashes)
+            entry = read_entry(path)
             if not (allow_unsigned and "signature" not in entry):
-                check_signature(entry, keys)
+                check_signature(entry, keys)  # before the accounting: a forgery costs nothing
+            _check_stored(root, path, entry, split_hashes)
             _check_aggregate(entry, records)
-        except EntryError as exc:
+        except MALFORMED as exc:
             problems.append((path, str(exc)))
     if index and not (allow_unsigned and not (root / INDEX_FILE).exists()):
         problems += check_index(root, keys)

@@ -198,6 +198,19 @@ def test_allow_unsigned_accepts_unsigned_entries_and_says_so(store):
     assert verify_cli(store, "--trust-host", "--allow-unsigned").exit_code != 0
 
 
+def test_a_forged_entry_is_refused_before_its_ledger_is_read(store):
+    """verify checks the signature first: an unsigned entry whose ledger no accountant can
+    read is reported, not a traceback (nor hours of accounting for a long one)."""
+    path, entry = entry_of(store, "dp_fedavg")
+    del entry["signature"]
+    entry["privacy"]["ledgers"] = [[{"bogus": 1}]]
+    entry["integrity"] = integrity_digest(entry)
+    path.write_text(json.dumps(entry))
+    result = verify_cli(store, "--trust-host")
+    assert result.exit_code != 0 and "unsigned: nothing anchors this entry" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
 def test_nothing_signs_an_entry_after_the_fact(tmp_path):
     """An unsigned entry stays unsigned: ``leaderboard sign`` (for entries from before
     signing, none of which is left) signed any that passed the other checks, a forged one
