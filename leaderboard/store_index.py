@@ -1,5 +1,6 @@
-"""The store's signed index: every entry, kept run record and tuning report of a results
-store, by path, with the digest of its content, signed like an entry.
+"""The store's signed index: every entry, kept run record, tuning report, version definition
+and split manifest of a results store, by path, with the digest of its content, signed like
+an entry.
 
 A signature on each file proves that file is as some accepted key wrote it; it cannot show
 that a file is missing, nor that an older signed file was put back (a superseded entry, a
@@ -34,15 +35,24 @@ from benchmark.files import atomic_write
 from leaderboard.entries import content_digest
 from leaderboard.schema import EntryError
 from leaderboard.signing import sign_entry, verified_body
-from leaderboard.store import entry_files, record_files, tuning_files
+from leaderboard.store import (
+    MANIFESTS_DIR,
+    VERSION_FILE,
+    entry_files,
+    record_files,
+    tuning_files,
+)
 
 INDEX_FILE = "_signed_index.json"
 KIND = "fedsynth store index v1"
 
 
 def indexed_files(root: Path) -> list[Path]:
-    """What the index covers: entries, kept run records, tuning reports."""
-    return sorted([*entry_files(root), *record_files(root), *tuning_files(root)])
+    """What the index covers: entries, kept run records, tuning reports, and each version's
+    definition and split manifests (which version a track shows, by when it was started,
+    and what its split is said to be)."""
+    described = [*root.glob(f"lb-*/{VERSION_FILE}"), *root.glob(f"lb-*/{MANIFESTS_DIR}/*.json")]
+    return sorted([*entry_files(root), *record_files(root), *tuning_files(root), *described])
 
 
 def file_digest(path: Path) -> str:

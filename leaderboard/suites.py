@@ -36,6 +36,7 @@ from leaderboard.executors import Executor, Job, LocalExecutor, cached_split, ru
 from leaderboard.schema import EntryError
 from leaderboard.signing import accepted_keys, host_key, sign_entry, verified_body
 from leaderboard.store import (
+    VERSION_FILE,
     record_path,
     stored_records,
     superseded_entries,
@@ -267,6 +268,9 @@ class SuiteStore:
     split_name: str
     lb_version: str
     stored: dict[str, Any]
+    # the version's definition and the split's manifest: indexed with every publish, so an
+    # edit to either (which version a track shows, what its split says) is detected
+    described: tuple[Path, ...] = ()
     refused: dict[str, str] = field(default_factory=dict)
 
 
@@ -287,10 +291,13 @@ def open_store(suite: Suite, results_root: Path, splits_root: Path) -> SuiteStor
         suite.prepare(split_path)
     split: FederatedSplit = cached_split(str(split_path))
     lb_version = write_version(results_root, suite_version(suite, split.content_hash))
-    write_manifest(results_root, lb_version, split.name, split.manifest)
+    manifest = write_manifest(results_root, lb_version, split.name, split.manifest)
+    described = (results_root / lb_version / VERSION_FILE, manifest)
     keys, _ = accepted_keys(results_root, trust_host=True)
     stored = signed_records(results_root, lb_version, split.name, keys)
-    return SuiteStore(results_root, key, keys, split_path, split.name, lb_version, stored)
+    return SuiteStore(
+        results_root, key, keys, split_path, split.name, lb_version, stored, described
+    )
 
 
 def run_jobs(
@@ -326,7 +333,8 @@ def run_jobs(
                 continue
             signed = sign_entry(record, store.key)
             path = write_record(store.results_root, store.lb_version, store.split_name, signed)
-            update_index(store.results_root, store.key, store.keys, written=[path])
+            written = [*store.described, path]
+            update_index(store.results_root, store.key, store.keys, written=written)
         yield job, run_key, record
 
 
@@ -415,6 +423,6 @@ def run_suite(
             old.unlink()
             removed.append(old)
     if written:
-        update_index(results_root, store.key, store.keys, written, removed)
+        update_index(results_root, store.key, store.keys, [*store.described, *written], removed)
     check_refusals(store)
     return entries

@@ -64,9 +64,9 @@ def record(method: str, budget: float, seed: int = 0, score: float = 0.5) -> dic
 def store(tmp_path):
     """Two entries written as run_suite writes them: signed with the host (session) key."""
     root = tmp_path / "results"
-    write_manifest(root, VERSION, "toy", {"version": "v-test", "content_hash": "abc"})
+    manifest = write_manifest(root, VERSION, "toy", {"version": "v-test", "content_hash": "abc"})
     key = host_key(root)
-    written = []
+    written = [manifest]
     for method, budget in (("public_only", 0.0), ("dp_fedavg", 1.0)):
         entry = build_entry([record(method, budget, s) for s in (0, 1)], VERSION)
         written.append(write_entry(root, sign_entry(entry, key)))
@@ -100,7 +100,17 @@ def test_signed_entries_verify_and_the_keyring_is_in_the_store(store):
     result = verify_cli(store, "--trust-host")
     assert result.exit_code == 0, result.output
     assert f"all 2 entries verified (signatures: {host_id(store)} ×2)" in result.output
-    assert f"signed index: 2 files, as listed, signed by {host_id(store)}" in result.output
+    assert f"signed index: 3 files, as listed, signed by {host_id(store)}" in result.output
+
+
+def test_an_edited_split_manifest_is_detected(store):
+    """Unsigned files decide what a reader sees (a split's description, which version a
+    track shows by when it started): the index lists them, so an edit is caught."""
+    [manifest] = store.glob("lb-*/_manifests/*.json")
+    described = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**described, "counts": {"train": {"clients": 65400}}}))
+    [(path, reason)] = check(store)
+    assert path == manifest and "edited" in reason
 
 
 def test_by_default_only_the_repositorys_key_list_counts(store):

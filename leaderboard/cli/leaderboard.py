@@ -228,8 +228,9 @@ def _host_key(root: Path) -> Any:
 @leaderboard_group.command("index")
 @RESULTS
 def index(results_dir: str) -> None:
-    """(Re)build the store's signed index with this host's key (as `sign` finds it) and
-    export its public key into _keys/: every entry, kept record and tuning report with the
+    """(Re)build the store's signed index with this host's key ($FEDSYNTH_SIGNING_KEY,
+    else ~/.config/fedsynth/signing-key.pem) and export its public key into _keys/: every
+    entry, kept record, tuning report, version definition and split manifest with the
     digest of its content, so that verify notices one deleted, added back or edited. Runs
     publish into the index themselves; this is for a store without one, or to vouch for a
     deliberate change (it lists what changed). Refused unless the store passes every other
