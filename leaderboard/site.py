@@ -27,6 +27,7 @@ from leaderboard.tables import (
     ROW_LABELS,
     Cell,
     Table,
+    apart_by_instrument,
     apart_by_unit,
     build_table,
     cell_of,
@@ -182,6 +183,7 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
     """What a reader came for: the headline metric with its CI and the gap it closes."""
     table = build_table(rows, split, metric)
     rows, _ = apart_by_unit([r for r in rows if r.split == split])  # names as in the table
+    rows, _ = apart_by_instrument(rows)
     # Only the columns this table has: a track without the public_only → nonprivate bounds
     # (the preference track) has no gap closed and no paired differences from them.
     gap_column = bool(table.gap)

@@ -16,7 +16,7 @@ from benchmark.spec import spec_from_dict
 from leaderboard.entries import build_entry, version_definition, version_of
 from leaderboard.schema import EntryError
 from leaderboard.signing import host_key, key_id, sign_entry
-from leaderboard.site import write_site
+from leaderboard.site import _headline_table, write_site
 from leaderboard.store import (
     Row,
     entry_files,
@@ -305,6 +305,12 @@ def test_a_row_measured_with_another_instrument_build_is_not_placed_on_the_bound
     assert ("yours (other) [other instrument]", 1.0) not in table.gap
     assert ("yours (other) [other instrument]", 1.0) not in table.comparisons.cells
     assert table.best == {1.0: "popri"}  # 0.19 from another build does not win
+    shown = published + same + other
+    for row in shown:
+        row.entry["spec"] = {"seeds": [0, 1, 2]}
+    links = {(f"{r.store}/{r.path}" if r.store else r.path): "entry.json" for r in shown}
+    page = _headline_table("toy", shown, METRIC, links)
+    assert "yours (other) [other instrument]" in page  # the site names it as the table does
     # with its own bounds of that build, a store's rows are placed on them
     own = labelled(
         [
