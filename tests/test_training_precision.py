@@ -204,3 +204,29 @@ def test_pe_sft_lora_fine_tune_in_parts_with_checkpointing_on_a_bf16_generator()
         assert adapters and all(float(p.abs().max()) > 0 for p in adapters.values())
     assert not base.is_activation_checkpointing
     assert base.dtype == torch.bfloat16 and moved(start, weights(base)) == 0
+
+
+def member_part(client, payload):
+    return np.array([0.0 if client.records[0]["member"] else 1.0])
+
+
+def test_the_published_costs_do_not_tell_a_parts_size():
+    """A part's size is private: the counters take the declared expected batch, not
+    q·|part| (which told a part of 3 from one of 5 at the same q)."""
+    policy = types.SimpleNamespace(model=tiny_llama(), tokenizer=tokenizer())
+
+    def participations(in_part: int) -> float:
+        records = [{**r, "member": i < in_part} for i, r in enumerate(tuples(8))]
+        clients = {f"u{i}": [record] for i, record in enumerate(records)}
+        pool = ClientPool(clients, ledger=PrivacyLedger(), seed=0, preference_policy=lambda: policy)
+        pool.define_partition("p", member_part, parts=2)
+        before = pool.costs.summary()["participations"]
+        start = {k: v.detach().clone() for k, v in policy.model.state_dict().items()}
+        pool.dp_preference_finetune(
+            start, stage="sft", partition="p", part=0, noise_multiplier=1.0, clip_norm=1.0,
+            sample_rate=0.5, batch_size=2.0, steps=1, lr=1e-5, beta=0.1,
+            max_completion_tokens=8, label="dp_ft",
+        )  # fmt: skip
+        return pool.costs.summary()["participations"] - before
+
+    assert participations(3) == participations(5) == 2.0

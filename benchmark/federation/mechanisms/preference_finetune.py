@@ -84,9 +84,8 @@ def dp_preference_finetune(
             )
         trained = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         size = sum(t.numel() for t in weights.values())
-        pool.costs.add(
-            config.sample_rate * len(records), size, 0, size, time.perf_counter() - start
-        )
+        # the method's declared expected batch, not q·|part|: a part's size is private
+        pool.costs.add(config.batch_size, size, 0, size, time.perf_counter() - start)
         pool._record(release)
         return trained
 
