@@ -91,7 +91,10 @@ def splits_group() -> None:
 @click.option("--cap", type=int, help="Max samples per client (0: no cap).")
 @click.option("--validation-clients", type=float, help="Held-out clients: fraction < 1 or count.")
 @click.option("--test-clients", type=float, help="Test clients: fraction < 1 or count.")
-@click.option("--public", help="none | clients:X | label:A,B | before_window.")
+@click.option(
+    "--public",
+    help="none | clients:X | label:A,B | before_window | before_window:person_disjoint.",
+)
 @click.option("--public-max", type=int, help="Max public samples (0: all).")
 @click.option("--max-records", type=int, help="Read only the first N source records (0: all).")
 @click.option(

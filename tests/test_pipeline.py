@@ -65,6 +65,25 @@ def test_before_window_public_rule_moves_older_records_to_public(tmp_path):
     assert {r["date"] for r in split.records("train")} == {"2023-02-01", "2023-02-02"}
 
 
+def test_a_person_disjoint_public_part_keeps_no_private_persons_earlier_text(tmp_path):
+    """``before_window:person_disjoint``: a person with text in the window has none in the
+    public part (plain ``before_window`` puts their earlier text there)."""
+    records = [
+        SourceRecord(f"{who} wrote on {day}", f"r:{who}:{day}", client_id=who, date=day)
+        for who, day in [("ann", "2023-01-05"), ("ann", "2023-02-03"), ("bob", "2023-01-07"),
+                         ("cat", "2023-02-04")]
+    ]  # fmt: skip
+    options = {"date_start": "2023-02-01", **WHOLE}
+    _, plain = build(tmp_path, ToySource(records), "plain", public="before_window", **options)
+    assert {r["client_id"] for r in plain.records("public")} == {"ann", "bob"}
+    manifest, disjoint = build(
+        tmp_path, ToySource(records), "disjoint", public="before_window:person_disjoint", **options
+    )
+    assert {r["client_id"] for r in disjoint.records("public")} == {"bob"}
+    assert {r["client_id"] for r in disjoint.records("train")} == {"ann", "cat"}
+    assert manifest["filters"]["dropped"]["public_of_a_private_person"] == 1
+
+
 def test_undated_and_malformed_dates(tmp_path):
     records = [*dated("2023-05-01"), SourceRecord("no date here", "r:none"), *dated("May 5th")]
     manifest, split = build(tmp_path, ToySource(records), date_start="2023-01-01", **WHOLE)
