@@ -68,7 +68,8 @@ def publish(root, entry):
     tests) and listed in the store's signed index."""
     key = host_key(root)
     path = write_entry(root, sign_entry(entry, key))
-    update_index(root, key, {key_id(key.public_key()): key.public_key()}, written=[path])
+    described = [*root.glob("lb-*/_version.json"), *root.glob("lb-*/_manifests/*.json")]
+    update_index(root, key, {key_id(key.public_key()): key.public_key()}, [path, *described])
     return path
 
 
@@ -146,8 +147,9 @@ def test_newest_version_is_shown_and_old_versions_stay_browsable(store, tmp_path
     assert verify(store) == []
     definition = store / newer / "_version.json"
     definition.write_text(definition.read_text().replace("newer", "edited"))
-    [(path, problem)] = verify(store)
-    assert path == definition and "hashes to" in problem
+    problems = verify(store)
+    assert {path for path, _ in problems} == {definition}
+    assert any("hashes to" in problem for _, problem in problems)
 
 
 def test_verify_passes_then_rejects_tampered_copies(store):
@@ -173,8 +175,11 @@ def test_verify_recomputes_epsilon_from_ledger(store):
     entry["privacy"]["epsilon"] = 0.01  # claims less privacy loss; digest recomputed to match
     entry["integrity"] = integrity_digest(entry)
     path.write_text(json.dumps(entry))
-    [(_, reason), (_, edited)] = verify(store, {"v-test": "abc"})
-    assert "recomputed from the stored ledgers" in reason and edited == EDITED
+    [(_, unsigned), (_, edited)] = verify(store, {"v-test": "abc"})
+    assert "does not verify" in unsigned and edited == EDITED  # the signature first
+    publish(store, {k: v for k, v in entry.items() if k != "signature"})  # even when signed
+    [(_, reason)] = verify(store, {"v-test": "abc"})
+    assert "recomputed from the stored ledgers" in reason
 
 
 def test_verify_rejects_an_uncharged_release_in_a_formal_entry(store):
@@ -192,9 +197,9 @@ def test_verify_rejects_an_uncharged_release_in_a_formal_entry(store):
     }
     entry["privacy"]["ledgers"][0].append(uncharged)  # ε unchanged: it adds nothing
     entry["integrity"] = integrity_digest(entry)
-    path.write_text(json.dumps(entry))
-    [(_, reason), (_, edited)] = verify(store, {"v-test": "abc"})
-    assert "guarantee simulated, not formal" in reason and edited == EDITED
+    publish(store, {k: v for k, v in entry.items() if k != "signature"})  # signed, even
+    [(_, reason)] = verify(store, {"v-test": "abc"})
+    assert "guarantee simulated, not formal" in reason
 
 
 def test_verify_checks_manifest_hash(store):
