@@ -42,8 +42,8 @@ def store(tmp_path, key):
     """Two cells of two seeds, as ``run_suite`` publishes them: each run's record kept and
     signed, each entry built from them and signed, all of it in the signed index."""
     root = tmp_path / "results"
-    write_manifest(root, VERSION, "toy", {"version": "v-test", "content_hash": "abc"})
-    written = []
+    manifest = write_manifest(root, VERSION, "toy", {"version": "v-test", "content_hash": "abc"})
+    written = [manifest]
     for method, budget in CELLS:
         records = [record(method, budget, seed) for seed in (0, 1)]
         for r in records:
