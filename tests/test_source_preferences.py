@@ -80,6 +80,7 @@ def test_oasst1_sibling_rank_pairs_paths_clients_test_and_public(tmp_path):
     assert first.extra["rejected"] == "A database."
     assert first.text == first.extra["prompt"] + first.extra["chosen"]
     assert first.client_id == "asker" and first.licence == "apache-2.0"
+    assert first.date == "2023-02-02"  # its prompt's day: the replies came a day later
     deep = train_records[0]
     assert deep.extra["prompt"] == (
         "\n\nHuman: What is DP?\n\nAssistant: Differential privacy bounds leakage."

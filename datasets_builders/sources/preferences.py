@@ -305,38 +305,49 @@ class OASST1Source(_PreferenceSource):
                     policy.skip("no sibling of rank r-1")
                     continue
                 chosen, rejected = ranked[rank - 1], ranked[rank]
-                path = self._path(parent, messages)
-                if path is None:
+                walked = self._path(parent, messages)
+                if walked is None:
                     policy.skip("broken conversation path")
                     continue
+                path, path_dates = walked
                 client = parent if opts["client_by"] == "prompter" else rejected
-                dates = [str(m.get("created_date") or "")[:10] for m in (chosen, rejected)]
+                # dated by its oldest text: a window must not let an earlier prompt through
+                dates = [_day(m) for m in (chosen, rejected)] + path_dates
                 yield _tuple_record(
                     f"oasst1:{chosen['message_id']}>{rejected['message_id']}",
                     path,
                     chosen["text"].strip(),
                     rejected["text"].strip(),
                     client_id=str(client.get("user_id") or "") or None,
-                    date=max(dates) or None,
+                    date=min((d for d in dates if d), default=None),
                     licence="apache-2.0",
                     extra={"tree": str(chosen.get("message_tree_id") or ""), "rank": rank},
                 )
 
     @staticmethod
-    def _path(parent: dict[str, Any], messages: dict[str, dict[str, Any]]) -> str | None:
-        """``Human:``/``Assistant:`` history from the root to ``parent``, ending ready to reply."""
-        turns = []
+    def _path(
+        parent: dict[str, Any], messages: dict[str, dict[str, Any]]
+    ) -> tuple[str, list[str]] | None:
+        """``Human:``/``Assistant:`` history from the root to ``parent``, ending ready to
+        reply, and the days its messages were written."""
+        turns, days = [], []
         node: dict[str, Any] | None = parent
         while node is not None:
             role = HUMAN if node.get("role") == "prompter" else ASSISTANT
             turns.append(f"{role}{str(node['text']).strip()}")
+            days.append(_day(node))
             parent_id = node.get("parent_id")
             node = messages.get(str(parent_id)) if parent_id else None
             if parent_id and node is None:
                 return None
         if parent.get("role") != "prompter":
             return None
-        return "".join(reversed(turns)) + ASSISTANT
+        return "".join(reversed(turns)) + ASSISTANT, days
+
+
+def _day(message: dict[str, Any]) -> str:
+    """The ISO day a message was written ("" when not given)."""
+    return str(message.get("created_date") or "")[:10]
 
 
 def _is_number(value: Any) -> bool:
