@@ -127,13 +127,12 @@ class Verdict:
         return {"status": self.status, "model": self.model, "reason": self.reason}
 
 
+PRIVATE = ("train", "validation", "test")
+
+
 def _private_dates(manifest: Mapping[str, Any]) -> list[str]:
     counts = manifest.get("counts", {})
-    return sorted(
-        counts[p]["dates"]["min"]
-        for p in ("train", "validation", "test")
-        if "dates" in counts.get(p, {})
-    )
+    return sorted(counts[p]["dates"]["min"] for p in PRIVATE if "dates" in counts.get(p, {}))
 
 
 def check(manifest: Mapping[str, Any], model: str) -> Verdict:
@@ -151,6 +150,9 @@ def check(manifest: Mapping[str, Any], model: str) -> Verdict:
         )
     info = lookup(model)
     cutoff = f"{info.cutoff} ({info.kind.replace('_', ' ')})"
+    undated = sum(manifest.get("counts", {}).get(p, {}).get("undated", 0) for p in PRIVATE)
+    if undated:
+        return Verdict("unknown", info.name, f"{undated} private records have no date")
     window = manifest.get("filters", {}).get("date_window", {}).get("start")
     # the oldest private record when there is one: a record a source pins to a private part
     # keeps its part even when it predates the window

@@ -69,4 +69,6 @@ def summarise_part(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
     dates = sorted(row[DATE] for row in rows if row.get(DATE))
     if dates:
         summary["dates"] = {"min": dates[0], "max": dates[-1]}
+        if len(dates) < len(rows):  # a contamination check cannot date these
+            summary["undated"] = len(rows) - len(dates)
     return summary

@@ -55,6 +55,22 @@ def test_a_private_record_older_than_the_window_decides():
     )
 
 
+def test_undated_private_records_leave_the_verdict_unknown(tmp_path):
+    """The oldest dated record says nothing of the undated ones (9 of 10 here)."""
+    from toy_source import ToySource
+
+    from datasets_builders.pipeline import SplitOptions, build_split
+    from datasets_builders.source import SourceRecord
+
+    records = [SourceRecord(f"text {i}", f"r{i}", client_id=f"u{i}") for i in range(9)]
+    records.append(SourceRecord("text 9", "r9", client_id="u9", date="2024-06-01"))
+    options = SplitOptions(span_length=None, validation_clients=0, test_clients=0)
+    manifest = build_split(ToySource(records), options, tmp_path / "s", cache_dir=tmp_path / "c")
+    assert manifest["counts"]["train"]["undated"] == 9
+    verdict = check(manifest, "llama-3-8b")
+    assert verdict.status == "unknown" and "9 private records have no date" in verdict.reason
+
+
 def test_every_hub_model_the_paper_profile_loads_has_a_cut_off():
     from benchmark.profiles import new_profile
 
