@@ -10,7 +10,7 @@ strict). Cut-offs are inclusive to the end of their month.
 cut-off (the oldest private record's date, or the window start where that is earlier or
 no record is dated, on or before the end of the cut-off month) and always for demo
 corpora; ``clean`` when that date is after the cut-off month; ``unknown`` when the split
-gives no date to compare.
+gives no date to compare or holds undated private records (which no date speaks for).
 """
 
 from __future__ import annotations

@@ -385,10 +385,9 @@ def _aligned(rows: list[list[str]], bold: tuple[str, str] = ("", "")) -> list[st
 
 
 def role_label(table: Table, method: str) -> str:
-    """``bound``/``control`` with what the row is (e.g. ``bound: ε = 0 anchor: ...``)."""
-    role = table.roles[method]
-    what = ROW_LABELS.get(table.names.get(method, method))
-    return f"{role}: {what}" if role != "method" and what else role
+    """``bound``/``control`` with what the row is (e.g. ``bound: ε = 0 anchor: ...``): for
+    the rows :data:`ROW_LABELS` describes."""
+    return f"{table.roles[method]}: {ROW_LABELS[table.names.get(method, method)]}"
 
 
 def format_interval(estimate: Estimate | None, share: bool = False) -> str:
