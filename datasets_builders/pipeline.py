@@ -466,7 +466,7 @@ def _without_private_people(docs: list[_Doc], drops: Counter) -> list[_Doc]:
     private = {d.record.client_id for d in docs if d.part != "public"} - {None}
     kept = [d for d in docs if d.part != "public" or d.record.client_id not in private]
     drops["public_of_a_private_person"] += len(docs) - len(kept)
-    return [dataclasses.replace(d, order=i) for i, d in enumerate(kept)]
+    return kept
 
 
 # --- clients and parts ----------------------------------------------------------------

@@ -268,9 +268,6 @@ class SuiteStore:
     split_name: str
     lb_version: str
     stored: dict[str, Any]
-    # the version's definition and the split's manifest: indexed with every publish, so an
-    # edit to either (which version a track shows, what its split says) is detected
-    described: tuple[Path, ...] = ()
     refused: dict[str, str] = field(default_factory=dict)
 
 
@@ -292,12 +289,12 @@ def open_store(suite: Suite, results_root: Path, splits_root: Path) -> SuiteStor
     split: FederatedSplit = cached_split(str(split_path))
     lb_version = write_version(results_root, suite_version(suite, split.content_hash))
     manifest = write_manifest(results_root, lb_version, split.name, split.manifest)
-    described = (results_root / lb_version / VERSION_FILE, manifest)
     keys, _ = accepted_keys(results_root, trust_host=True)
+    # indexed as written: an edit to either (which version a track shows, what its split
+    # is said to be) is then detected
+    update_index(results_root, key, keys, [results_root / lb_version / VERSION_FILE, manifest])
     stored = signed_records(results_root, lb_version, split.name, keys)
-    return SuiteStore(
-        results_root, key, keys, split_path, split.name, lb_version, stored, described
-    )
+    return SuiteStore(results_root, key, keys, split_path, split.name, lb_version, stored)
 
 
 def run_jobs(
@@ -333,8 +330,7 @@ def run_jobs(
                 continue
             signed = sign_entry(record, store.key)
             path = write_record(store.results_root, store.lb_version, store.split_name, signed)
-            written = [*store.described, path]
-            update_index(store.results_root, store.key, store.keys, written=written)
+            update_index(store.results_root, store.key, store.keys, written=[path])
         yield job, run_key, record
 
 
@@ -423,6 +419,6 @@ def run_suite(
             old.unlink()
             removed.append(old)
     if written:
-        update_index(results_root, store.key, store.keys, [*store.described, *written], removed)
+        update_index(results_root, store.key, store.keys, written, removed)
     check_refusals(store)
     return entries

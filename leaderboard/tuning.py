@@ -133,5 +133,5 @@ def tune(
     }
     signed = sign_entry(report, store.key)
     path = write_tuning(results_root, signed)
-    update_index(results_root, store.key, store.keys, written=[*store.described, path])
+    update_index(results_root, store.key, store.keys, written=[path])
     return signed, path

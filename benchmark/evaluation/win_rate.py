@@ -21,6 +21,7 @@ from typing import Any
 
 from benchmark.artifact import Artifact
 from benchmark.evaluation.base import EvalContext, Metric, MetricNotApplicable
+from benchmark.evaluation.downstream import model_device
 from benchmark.evaluation.judges import (
     GENERATOR_JUDGES,
     VerdictJudge,
@@ -76,7 +77,7 @@ class WinRate(Metric):
     def _answers(self, artifact: Artifact, ctx: EvalContext, prompts: list[str]) -> list[str]:
         """Greedy answers of the release's policy (``EvalContext.policy``)."""
         model, tokenizer = ctx.policy(artifact)
-        device = str(next(model.parameters()).device)  # where the policy is: not moved
+        device = str(model_device(model))  # where the policy is: not moved
         policy = HFGenerator(
             model, tokenizer, name=f"policy of {artifact.kind} release", device=device
         )
