@@ -33,8 +33,11 @@ def message(text: str, sender: str, when: str) -> dict[str, str]:
     return {"text": text, "timestamp": when, "sender": sender}
 
 
-def conversation(index: int, start: str, prompt: str | None) -> dict:
-    a, b = f"alice{index % 13}", f"bob{index % 11}"  # people talk in several conversations
+def conversation(
+    index: int, start: str, prompt: str | None, people: tuple[str, str] | None = None
+) -> dict:
+    # people talk in several conversations
+    a, b = people or (f"alice{index % 13}", f"bob{index % 11}")
     turns = []
     for turn in range(6):
         sender = a if turn % 2 == 0 else b
@@ -52,6 +55,9 @@ def dataset(tmp_path: Path) -> Path:
     data = {}
     for i in range(12):  # April: public
         data[f"spring{i:02d}"] = conversation(i, f"2018-04-{10 + i:02d}", "What did you learn?")
+    for i in range(4):  # April only: people with no text in the window
+        who = (f"carol{i}", f"dave{i % 2}")
+        data[f"spring_only{i}"] = conversation(50 + i, f"2018-04-2{i}", "Any plans?", who)
     for i in range(40):  # autumn: private, a new prompt set; one without a prompt
         prompt = None if i == 7 else "What if computers asked not to be turned off?"
         data[f"autumn{i:02d}"] = conversation(100 + i, f"2018-10-{1 + i % 28:02d}", prompt)
@@ -63,7 +69,7 @@ def dataset(tmp_path: Path) -> Path:
 
 def test_a_client_is_one_person_with_all_their_conversations(dataset):
     records = list(ChitchatSource().fetch({"path": str(dataset)}, None))
-    assert len(records) == 2 * 53  # one record per person per conversation
+    assert len(records) == 2 * 57  # one record per person per conversation
     first = next(r for r in records if r.source_id == "chitchat:spring00:alice0")
     assert first.client_id == "alice0" and first.date == "2018-04-10"
     assert first.label == "What did you learn?"
@@ -84,7 +90,16 @@ def test_the_split_is_person_disjoint_and_says_who_a_user_is(dataset, tmp_path):
     build_split(source, options, tmp_path / "split", cache_dir=tmp_path / "cache")
     split = load_split(tmp_path / "split")
     public = split.records("public")
-    assert public and all(r["source_id"].startswith("chitchat:spring") for r in public)
+    assert public and all(r["source_id"].startswith("chitchat:spring_only") for r in public)
+    # the April conversations of people who also talk in the window stay out of every part
+    assert {r["client_id"] for r in public} == {
+        "carol0",
+        "carol1",
+        "carol2",
+        "carol3",
+        "dave0",
+        "dave1",
+    }
     people = {}
     for part in ("train", "validation", "test"):
         rows = split.records(part)
@@ -139,6 +154,9 @@ def test_the_packaged_corpus_gives_a_person_disjoint_split(tmp_path):
             assert sender in senders[conversation]
             assert owner_of.setdefault(sender, part) == part, f"{sender} in {part} and more"
     counts = Counter(owner_of.values())
+    for row in split.records("public"):  # no private person's earlier text is public
+        _, conversation, sender = row["source_id"].rsplit("#", 1)[0].split(":", 2)
+        assert sender in senders[conversation] and sender not in owner_of
     # held-out people whose every text is shorter than a span drop out (about 7 %)
     assert 90 <= counts["validation"] <= 100 and 225 <= counts["test"] <= 250
     assert counts["train"] >= 600, counts
