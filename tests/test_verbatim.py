@@ -20,6 +20,7 @@ from benchmark.evaluation.verbatim import (
     check_release,
     check_texts,
     normalised_words,
+    upper_bound,
 )
 from benchmark.federation.canaries import audited_units, plan_canaries
 from benchmark.privacy.audit import audit
@@ -76,17 +77,34 @@ def test_what_the_public_part_also_holds_is_no_evidence():
 
 
 def test_the_threshold_sits_above_the_public_parts_natural_rate():
-    """Calibration: each public text checked against the private parts with its own copy
-    left out of the public filter. A public text a private client also wrote counts."""
-    shared = PUBLIC[:3] + random_word_texts(3, seed=7, length=20)
-    split = split_of([*TRAIN, *shared[3:]], public=[*PUBLIC, *shared[3:]])
+    """Calibration: each public text checked against the held-out parts with its own copy
+    left out of the public filter. A public text a held-out client also wrote counts, and
+    the rate scales from the held-out parts' texts to every private part's."""
+    shared = random_word_texts(3, seed=7, length=20)
+    validation = random_word_texts(40, seed=3, length=20)
+    split = split_of(TRAIN, validation, [*TEST, *shared], public=[*PUBLIC, *shared])
     report = check_texts(random_word_texts(100, seed=8, length=20), split, 1.0)
     assert report.public_texts == len(PUBLIC) + 3 and report.public_matched == 3
-    assert report.public_matched / report.public_texts < report.natural_rate_upper
+    assert report.calibrated_on == ("validation", "test")
+    scale = (400 + 40 + 63) / (40 + 63)
+    assert report.natural_rate_upper == pytest.approx(upper_bound(3, len(PUBLIC) + 3) * scale)
     assert report.matched == 0 and not report.over_threshold
     # allowed grows with the release: a few matches among many texts are natural
     few = check_texts([*random_word_texts(1000, seed=9, length=20), *TRAIN[:3]], split, 1.0)
     assert few.matched == 3 and few.allowed >= 3 and not few.refused
+
+
+def test_the_calibration_reads_no_train_text():
+    """A train unit whose text a public text shares leaves every calibration figure as it
+    is: with it in train or without it, the record cannot tell (privacy review F1: the
+    count of public texts matching train texts was an exact, unnoised query on train)."""
+    x = random_word_texts(1, seed=11, length=20)[0]
+    public = [*PUBLIC, f"{x} and more"]  # shares every 12-gram of x
+    with_x = check_texts(TEST[:5], split_of([*TRAIN, x], TEST[:20], TEST, public), 1.0)
+    without = check_texts(TEST[:5], split_of([*TRAIN, "a b"], TEST[:20], TEST, public), 1.0)
+    assert with_x.public_matched == without.public_matched == 0
+    assert with_x.natural_rate_upper == without.natural_rate_upper
+    assert with_x.allowed == without.allowed
 
 
 def test_a_copying_release_is_refused_unless_it_is_an_infinite_epsilon_control():

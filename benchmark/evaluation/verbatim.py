@@ -16,7 +16,12 @@ shares a stock phrase does not (``docs/architecture.md``, "Verbatim detection").
 The threshold is calibrated on each split, on the public part: the public texts are real
 texts of the same population that no method copied from the private parts, so the share of
 them that match (each checked with its own texts left out of the public filter) is the
-natural rate of a release that does not leak. A release of ``n`` texts is over the
+natural rate of a release that does not leak. The calibration reads the held-out parts
+only (:data:`CALIBRATION_PARTS`), never train: a count of public texts matching train
+texts would be an exact, unnoised query on the train units, published in every record
+whatever the release. The held-out rate is scaled to all private parts by their numbers
+of texts (which the split's manifest publishes): the parts are people drawn at random, so
+a text that copied nothing meets each part's texts alike. A release of ``n`` texts is over the
 threshold when ``k`` matches would be improbable (one-sided binomial tail below
 :data:`ALPHA`) at the upper 95 % confidence bound of that rate. Over the threshold, a
 private run's release is refused publication; an ε = ∞ run (the non-private bound and the
@@ -47,6 +52,7 @@ CONFIDENCE = 0.95  # of the upper bound on the public part's natural rate
 # above every rate measured (docs/measurements/working-scale.md#verbatim).
 NO_PUBLIC_RATE = 0.01
 PRIVATE_PARTS = ("train", "validation", "test")
+CALIBRATION_PARTS = ("validation", "test")  # held out: the calibration never reads train
 PAIR_FIELDS = ("prompt", "chosen", "rejected")  # a preference tuple's text fields
 
 _WORD = re.compile(r"\w+")
@@ -97,25 +103,29 @@ class KeyIndex:
 
 @dataclass(frozen=True)
 class VerbatimIndex:
-    """Each private part's keys and the public part's (which make a shared key no evidence)."""
+    """Each private part's keys and texts, and the public part's keys (which make a shared
+    key no evidence)."""
 
     private: dict[str, KeyIndex]
     public: KeyIndex
+    texts: dict[str, int]  # each private part's number of texts
 
-    def parts_matched(self, keys: frozenset[int], public_own: int = 0) -> list[str]:
-        """The private parts ``keys`` share a key with, counting only keys held by more
+    def parts_matched(
+        self, keys: frozenset[int], public_own: int = 0, parts: Sequence[str] = PRIVATE_PARTS
+    ) -> list[str]:
+        """Which of ``parts`` ``keys`` share a key with, counting only keys held by more
         than ``public_own`` public texts as public (1 for a public text checked against
         the others, so its own texts do not hide it)."""
         public = self.public.counts
         evidence = [k for k in keys if public.get(k, 0) <= public_own]
-        return [
-            p for p, index in self.private.items() if not index.counts.keys().isdisjoint(evidence)
-        ]
+        return [p for p in parts if not self.private[p].counts.keys().isdisjoint(evidence)]
 
 
 def build_index(split: FederatedSplit, n: int = NGRAM) -> VerbatimIndex:
-    private = {p: KeyIndex(record_texts(split.records(p)), n) for p in PRIVATE_PARTS}
-    return VerbatimIndex(private, KeyIndex(record_texts(split.records("public")), n))
+    texts = {p: record_texts(split.records(p)) for p in PRIVATE_PARTS}
+    private = {p: KeyIndex(t, n) for p, t in texts.items()}
+    sizes = {p: len(t) for p, t in texts.items()}
+    return VerbatimIndex(private, KeyIndex(record_texts(split.records("public")), n), sizes)
 
 
 @dataclass(frozen=True)
@@ -123,8 +133,8 @@ class Calibration:
     """The public part's natural rate and the release size's allowance."""
 
     public_texts: int
-    public_matched: int
-    rate_upper: float  # upper CONFIDENCE bound of public_matched / public_texts
+    public_matched: int  # public texts matching a held-out text (CALIBRATION_PARTS)
+    rate_upper: float  # upper CONFIDENCE bound of the rate, scaled to every private part
 
     def allowed(self, released: int) -> int:
         """Most matches among ``released`` texts that are not improbable (tail ≥ ALPHA) for
@@ -138,17 +148,23 @@ class Calibration:
 
 
 def calibrate(index: VerbatimIndex, public_texts: Sequence[str]) -> Calibration:
-    """Check each public text against the private parts, with its own copy left out of the
-    public filter: the natural rate of a release that copied nothing."""
-    matched = sum(bool(index.parts_matched(text_keys(t, index.public.n), 1)) for t in public_texts)
-    return Calibration(len(public_texts), matched, upper_bound(matched, len(public_texts)))
+    """Check each public text against the held-out parts, with its own copy left out of the
+    public filter, and scale the rate's upper bound from their texts to every private
+    part's: the natural rate of a release that copied nothing, read off no train text."""
+    held_out = sum(index.texts[p] for p in CALIBRATION_PARTS)
+    matched = sum(
+        bool(index.parts_matched(text_keys(t, index.public.n), 1, CALIBRATION_PARTS))
+        for t in public_texts
+    )
+    if not public_texts or not held_out:
+        return Calibration(len(public_texts), matched, NO_PUBLIC_RATE)
+    scale = sum(index.texts.values()) / held_out
+    rate = min(1.0, upper_bound(matched, len(public_texts)) * scale)
+    return Calibration(len(public_texts), matched, rate)
 
 
 def upper_bound(k: int, n: int, confidence: float = CONFIDENCE) -> float:
-    """One-sided Clopper–Pearson upper bound on a rate seen k times in n
-    (:data:`NO_PUBLIC_RATE` when n = 0)."""
-    if n == 0:
-        return NO_PUBLIC_RATE
+    """One-sided Clopper–Pearson upper bound on a rate seen k times in n (n > 0)."""
     if k >= n:
         return 1.0
     from scipy.stats import beta
@@ -168,14 +184,16 @@ class VerbatimReport:
     test: int
     allowed: int  # most matches the threshold lets through for this many texts
     public_texts: int
-    public_matched: int  # the calibration: public texts that match a private text
+    public_matched: int  # the calibration: public texts that match a held-out text
     natural_rate_upper: float
+    calibrated_on: tuple[str, ...]  # the parts public_matched counts (records before: all)
     ngram: int
     over_threshold: bool
     refused: bool  # over the threshold in a private run (ε < ∞): not published
 
     def to_record(self) -> dict[str, Any]:
-        return asdict(self)
+        """The block as JSON reads it back (a list where the report holds a tuple)."""
+        return {**asdict(self), "calibrated_on": list(self.calibrated_on)}
 
 
 def check_texts(
@@ -201,6 +219,7 @@ def check_texts(
         public_texts=calibration.public_texts,
         public_matched=calibration.public_matched,
         natural_rate_upper=calibration.rate_upper,
+        calibrated_on=CALIBRATION_PARTS,
         ngram=index.public.n,
         over_threshold=over,
         refused=over and not math.isinf(epsilon_budget),
