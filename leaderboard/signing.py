@@ -13,6 +13,12 @@ checkout), whatever store is checked, so a store that brings its own key file (a
 bundle, a copy, ``my-results``) vouches for nothing by it; naming a key (``--trust``) or this
 host's own key (``--trust-host``) is an explicit opt-in (:func:`accepted_keys`).
 
+Which keys may sign a store's index (the list of which files exist): of the repository's
+list, only those ``_keys/index_signers.json`` names, the maintainers'
+(:func:`index_signers`). A key listed for its entries alone (an earlier host's, whose
+private half is lost; a submitter's accepted key) vouches for the files the index pins and
+cannot add, drop or replace one.
+
 A valid signature proves the entry was written, unchanged since, by a host holding an
 accepted key. It does not prove that host ran honest code: see "Record integrity" in
 docs/architecture.md. Nothing whose canary audit refutes its ε is ever signed
@@ -39,6 +45,7 @@ ALGORITHM = "ed25519"
 KEY_ENV = "FEDSYNTH_SIGNING_KEY"
 DEFAULT_KEY = Path("~/.config/fedsynth/signing-key.pem")
 KEYS_DIR = "_keys"
+INDEX_SIGNERS = "index_signers.json"  # in the repository's KEYS_DIR: ids that may sign an index
 # Domain separation: a signature made for an entry is never valid for anything else.
 _CONTEXT = b"fedsynth leaderboard entry v1\n"
 _REPOSITORY = Path(__file__).resolve().parent.parent
@@ -195,6 +202,17 @@ def accepted_keys(
     return keys, problems
 
 
+def index_signers(keys: dict[str, Ed25519PublicKey]) -> dict[str, Ed25519PublicKey]:
+    """The keys of ``keys`` that may sign a store's index: a key from the repository's list
+    only when the repository's ``index_signers.json`` names it (none when there is no such
+    file), and every key the reader added beyond that list (a named ``--trust`` key, this
+    host's own key over ``my-results``), since naming it was the reader's choice."""
+    repository, _ = keyring(REPOSITORY_STORE)
+    path = REPOSITORY_STORE / KEYS_DIR / INDEX_SIGNERS
+    named = set(json.loads(path.read_text())) if path.exists() else set()
+    return {kid: k for kid, k in keys.items() if kid not in repository or kid in named}
+
+
 def verified_body(signed: dict[str, Any], keys: dict[str, Ed25519PublicKey]) -> dict[str, Any]:
     """``signed`` without its signature, once :func:`check_signature` accepts it."""
     check_signature(signed, keys)
@@ -233,7 +251,7 @@ def check_signature(entry: dict[str, Any], keys: dict[str, Ed25519PublicKey]) ->
         raise EntryError(f"signed by key {kid}, which is not an accepted key ({accepted})")
     try:
         keys[kid].verify(bytes.fromhex(signature["value"]), _signed_bytes(entry))
-    except InvalidSignature as exc:
+    except (InvalidSignature, ValueError, TypeError) as exc:  # not hex: no signature either
         raise EntryError(
             f"the signature by key {kid} does not verify: the entry was changed after it was signed"
         ) from exc

@@ -34,7 +34,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from benchmark.files import atomic_write
 from leaderboard.entries import content_digest
 from leaderboard.schema import EntryError
-from leaderboard.signing import sign_entry, verified_body
+from leaderboard.signing import (
+    INDEX_SIGNERS,
+    KEYS_DIR,
+    index_signers,
+    key_id,
+    sign_entry,
+    verified_body,
+)
 from leaderboard.store import (
     MANIFESTS_DIR,
     VERSION_FILE,
@@ -65,7 +72,8 @@ def _name(root: Path, path: Path) -> str:
 
 def read_index(root: Path, keys: dict[str, Ed25519PublicKey]) -> dict[str, str]:
     """Path (relative to ``root``) → digest, once the index's signature verifies with one of
-    ``keys``; :class:`EntryError` when it is missing, malformed or not so signed."""
+    ``keys`` that may sign an index (:func:`~leaderboard.signing.index_signers`);
+    :class:`EntryError` when it is missing, malformed or not so signed."""
     path = root / INDEX_FILE
     if not path.exists():
         raise EntryError(
@@ -73,7 +81,15 @@ def read_index(root: Path, keys: dict[str, Ed25519PublicKey]) -> dict[str, str]:
             "(`fedsynth leaderboard index` writes one)"
         )
     try:
-        body = verified_body(json.loads(path.read_text()), keys)
+        signed = json.loads(path.read_text())
+        signers = index_signers(keys)
+        kid = (signed.get("signature") or {}).get("key_id")
+        if kid in keys and kid not in signers:
+            raise EntryError(
+                f"signed by key {kid}, which may sign entries but not the index (the "
+                f"repository's {KEYS_DIR}/{INDEX_SIGNERS} does not name it)"
+            )
+        body = verified_body(signed, signers)
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise EntryError(f"malformed: {exc}") from exc
     files = body.get("files")
@@ -137,7 +153,13 @@ def update_index(
     """List the files just ``written`` (their current digests), drop the ``removed`` ones,
     keep every other listing as signed, and re-sign with ``key``. A store without an index
     gets one listing only what was written; an index that does not verify with ``keys`` is
-    an error, never silently replaced."""
+    an error, never silently replaced; so is ``key`` when it may not sign an index."""
+    public = key.public_key()
+    if not index_signers({key_id(public): public}):
+        raise EntryError(
+            f"key {key_id(public)} may sign entries but not the index (the repository's "
+            f"{KEYS_DIR}/{INDEX_SIGNERS} does not name it)"
+        )
     with _locked(root):
         files: dict[str, Any] = read_index(root, keys) if (root / INDEX_FILE).exists() else {}
         for path in removed:

@@ -46,6 +46,13 @@ from leaderboard.store_index import (
 
 MALFORMED = (EntryError, ValueError, KeyError, TypeError, AttributeError)
 
+# Leaderboard versions taken out of the published store, and why. A store that holds one
+# (an older snapshot of the repository's, a mirror, a bundle) does not verify: its signed
+# index, made before the withdrawal, would vouch for it otherwise.
+WITHDRAWN = {
+    "lb-d1359605ab": "paper 001 v1, withdrawn at commit 4968885: no canary audit",
+}
+
 EPSILON_TOLERANCE = 1e-6
 
 
@@ -145,7 +152,9 @@ def verify_tree(
     repository's key list, or ``trusted``, plus this host's with ``trust_host``); entries
     may be unsigned with ``allow_unsigned``, which also accepts a store without a signed
     index (nothing anchors it then). ``index=False`` skips the index (to rebuild it)."""
-    problems = []
+    problems = [
+        (root / v, f"withdrawn: {why}") for v, why in WITHDRAWN.items() if (root / v).exists()
+    ]
     for path in root.glob(f"lb-*/{VERSION_FILE}"):
         definition = {k: v for k, v in json.loads(path.read_text()).items() if k != "started"}
         name = version_of(definition)

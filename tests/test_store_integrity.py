@@ -11,8 +11,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from test_record_signing import HASHES, VERSION, record
 
 from benchmark.cli.main import cli
+from leaderboard import signing, verify
 from leaderboard.entries import PublicationRefused, build_entry, canary_refutation
-from leaderboard.signing import host_key, key_id, sign_entry
+from leaderboard.signing import export_public_key, host_key, key_id, sign_entry
 from leaderboard.store import (
     entry_files,
     manifest_hashes,
@@ -195,6 +196,43 @@ def test_an_index_not_signed_by_an_accepted_key_is_refused_and_never_updated(sto
     key = host_key(store)
     with pytest.raises(ValueError, match="not an accepted key"):
         update_index(store, key, keys_of(key), written=[entry_files(store)[0]])
+
+
+def test_only_the_named_maintainer_keys_may_sign_the_index(store, key, tmp_path, monkeypatch):
+    """Integrity review F2: a key the repository lists for its entries (an earlier host's,
+    a submitter's accepted key) vouches for the files the index pins, and cannot re-sign
+    the index over an edited store; a key ``index_signers.json`` names can."""
+    repository = tmp_path / "repository"
+    submitter = Ed25519PrivateKey.generate()
+    for k in (key, submitter):
+        export_public_key(repository, k.public_key())
+    monkeypatch.setattr(signing, "REPOSITORY_STORE", repository)
+    (repository / "_keys" / "index_signers.json").write_text(json.dumps([key_id(key.public_key())]))
+    keys = {**keys_of(key), **keys_of(submitter)}
+    assert verify_tree(store, HASHES) == []  # the default trust: the repository's list
+    path = adversaries.delete_entry(store, "public_only")
+    with pytest.raises(ValueError, match="may sign entries but not the index"):
+        update_index(store, submitter, keys, removed=[path])  # the deletion, re-indexed
+    index = store / "_signed_index.json"
+    signed = index.read_bytes()
+    listing = {k: v for k, v in json.loads(signed)["files"].items() if k != path.name}
+    adversaries._rewrite(index, {"kind": "fedsynth store index v1", "files": listing}, submitter)
+    [(found, reason)] = verify_tree(store, HASHES)
+    assert found == index and "may sign entries but not the index" in reason
+    index.write_bytes(signed)
+    update_index(store, key, keys, removed=[path])  # the maintainer's publish
+    assert verify_tree(store, HASHES) == []
+    (repository / "_keys" / "index_signers.json").unlink()  # none named: no index verifies
+    assert "may sign entries but not the index" in verify_tree(store, HASHES)[0][1]
+
+
+def test_a_store_holding_a_withdrawn_version_does_not_verify(store, monkeypatch):
+    """Integrity review F5: an older snapshot's index, signed before a version was withdrawn,
+    still vouches for it; the withdrawn list does not."""
+    assert verify_tree(store, HASHES, trust_host=True) == []
+    monkeypatch.setitem(verify.WITHDRAWN, VERSION, "no canary audit")
+    [(path, reason)] = verify_tree(store, HASHES, trust_host=True)
+    assert path == store / VERSION and reason == "withdrawn: no canary audit"
 
 
 def test_a_store_without_an_index_is_refused_unless_nothing_is_anchored(store):
