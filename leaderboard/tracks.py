@@ -133,7 +133,11 @@ class TrackView:
 
     def units(self) -> list[str]:
         """Each privacy unit of the track's rows in words, as its entries state it (older
-        entries: as the split's manifest says; see :func:`unit_statement`)."""
+        entries: as the split's manifest says; see :func:`unit_statement`); a version with
+        no entries yet: as its split's manifest states it."""
+        if not self.rows:
+            statement = self.manifest.get("privacy_unit", {}).get("statement")
+            return [statement] if statement else []
         stated = {
             r.entry["privacy"].get("unit_statement")
             or unit_statement(self.manifest, r.entry["privacy"]["unit"])
@@ -149,9 +153,10 @@ class TrackView:
                 f"{self.track.measures}. Not yet run under the suite "
                 f"(`fedsynth suite run {suite.name}`; source {suite.source})."
             )
+        pending = "" if self.rows else f" No entries yet under this version ({self.version})."
         return (
             f"{self.track.measures}. Split: {self.split_words()} ({self.split}). "
-            f"Privacy unit: {'; '.join(self.units())}."
+            f"Privacy unit: {'; '.join(self.units()) or 'not stated'}.{pending}"
         )
 
     def description(self) -> str:

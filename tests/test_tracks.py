@@ -145,7 +145,23 @@ def test_show_prints_every_track_with_its_description(tmp_path):
         assert f"== {track.title}: {track.measures}" in out
     assert out.count("Not yet run under the suite") == len(TRACKS) - 1
     assert "Privacy unit: user = one client of the split" in out
+    assert "No entries yet" not in out
     assert out.index("== Text benchmark") < out.index("== Quick smoke test")
+
+
+def test_a_new_version_without_entries_says_so_and_states_its_unit(tmp_path):
+    """A suite's new version is the track's newest before any of its runs finish: the
+    track names it, says it has no entries yet, and takes its unit from the manifest."""
+    root = tmp_path / "results"
+    version = _track_version(root, "bench")
+    manifest = json.loads(next((root / version / "_manifests").glob("*.json")).read_text())
+    manifest["privacy_unit"] = {"statement": "user = one chat participant, ≤ 16 spans each"}
+    write_manifest(root, version, "toy", manifest)
+    [view] = [v for v in track_views(root, rows_by_version(root)) if v.track.suite == "bench"]
+    assert view.version == version and view.rows == []
+    text = view.description()
+    assert "Privacy unit: user = one chat participant, ≤ 16 spans each." in text
+    assert f"No entries yet under this version ({version})." in text
 
 
 def test_a_table_without_bounds_names_its_reference_rows_not_a_gap():
