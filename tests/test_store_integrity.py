@@ -226,6 +226,18 @@ def test_only_the_named_maintainer_keys_may_sign_the_index(store, key, tmp_path,
     assert "may sign entries but not the index" in verify_tree(store, HASHES)[0][1]
 
 
+@pytest.mark.parametrize("value", ["zz", 7])
+def test_a_signature_that_is_not_hex_is_refused_not_a_crash(store, value):
+    """Integrity review F4: the index's ``bytes.fromhex`` raised out of verify, which then
+    printed no problem list (an entry's schema already refuses such a value)."""
+    path = store / "_signed_index.json"
+    signed = json.loads(path.read_text())
+    signed["signature"]["value"] = value
+    path.write_text(json.dumps(signed))
+    [(found, reason)] = verify_tree(store, HASHES, trust_host=True)
+    assert found == path and "does not verify" in reason
+
+
 def test_a_store_holding_a_withdrawn_version_does_not_verify(store, monkeypatch):
     """Integrity review F5: an older snapshot's index, signed before a version was withdrawn,
     still vouches for it; the withdrawn list does not."""
