@@ -13,11 +13,11 @@ checkout), whatever store is checked, so a store that brings its own key file (a
 bundle, a copy, ``my-results``) vouches for nothing by it; naming a key (``--trust``) or this
 host's own key (``--trust-host``) is an explicit opt-in (:func:`accepted_keys`).
 
-Which keys may sign a store's index (the list of which files exist): of the repository's
-list, only those ``_keys/index_signers.json`` names, the maintainers'
-(:func:`index_signers`). A key listed for its entries alone (an earlier host's, whose
-private half is lost; a submitter's accepted key) vouches for the files the index pins and
-cannot add, drop or replace one.
+Which keys may sign the published store's index (the list of which files exist): only
+those ``results/_keys/index_signers.json`` names, the maintainers' (:func:`index_signers`).
+A key listed for its entries alone (an earlier host's, whose private half is lost; a
+submitter's accepted key) vouches for the files the index pins and cannot add, drop or
+replace one there.
 
 A valid signature proves the entry was written, unchanged since, by a host holding an
 accepted key. It does not prove that host ran honest code: see "Record integrity" in
@@ -202,15 +202,16 @@ def accepted_keys(
     return keys, problems
 
 
-def index_signers(keys: dict[str, Ed25519PublicKey]) -> dict[str, Ed25519PublicKey]:
-    """The keys of ``keys`` that may sign a store's index: a key from the repository's list
-    only when the repository's ``index_signers.json`` names it (none when there is no such
-    file), and every key the reader added beyond that list (a named ``--trust`` key, this
-    host's own key over ``my-results``), since naming it was the reader's choice."""
-    repository, _ = keyring(REPOSITORY_STORE)
+def index_signers(keys: dict[str, Ed25519PublicKey], store: Path) -> dict[str, Ed25519PublicKey]:
+    """The keys of ``keys`` that may sign ``store``'s index. On the repository's own store
+    (the published leaderboard), only the keys its ``index_signers.json`` names (none when
+    there is no such file); on any other store (``my-results``, a bundle, a copy), every key
+    the reader accepts, since which keys those are was the reader's choice."""
+    if store.resolve() != REPOSITORY_STORE.resolve():
+        return dict(keys)
     path = REPOSITORY_STORE / KEYS_DIR / INDEX_SIGNERS
     named = set(json.loads(path.read_text())) if path.exists() else set()
-    return {kid: k for kid, k in keys.items() if kid not in repository or kid in named}
+    return {kid: k for kid, k in keys.items() if kid in named}
 
 
 def verified_body(signed: dict[str, Any], keys: dict[str, Ed25519PublicKey]) -> dict[str, Any]:

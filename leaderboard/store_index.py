@@ -82,13 +82,10 @@ def read_index(root: Path, keys: dict[str, Ed25519PublicKey]) -> dict[str, str]:
         )
     try:
         signed = json.loads(path.read_text())
-        signers = index_signers(keys)
+        signers = index_signers(keys, root)
         kid = (signed.get("signature") or {}).get("key_id")
         if kid in keys and kid not in signers:
-            raise EntryError(
-                f"signed by key {kid}, which may sign entries but not the index (the "
-                f"repository's {KEYS_DIR}/{INDEX_SIGNERS} does not name it)"
-            )
+            raise EntryError(_NOT_A_SIGNER.format(kid=kid))
         body = verified_body(signed, signers)
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise EntryError(f"malformed: {exc}") from exc
@@ -98,7 +95,18 @@ def read_index(root: Path, keys: dict[str, Ed25519PublicKey]) -> dict[str, str]:
     return files
 
 
+_NOT_A_SIGNER = (
+    "signed by key {kid}, which may sign entries but not this store's index (the "
+    f"repository's {KEYS_DIR}/{INDEX_SIGNERS} does not name it)"
+)
+
+
 def write_index(root: Path, files: dict[str, str], key: Ed25519PrivateKey) -> Path:
+    """Sign and write the index; :class:`EntryError` when ``key`` may not sign this store's
+    index (it would never verify)."""
+    public = key.public_key()
+    if not index_signers({key_id(public): public}, root):
+        raise EntryError(_NOT_A_SIGNER.format(kid=key_id(public)))
     path = root / INDEX_FILE
     signed = sign_entry({"kind": KIND, "files": dict(sorted(files.items()))}, key)
     atomic_write(path, json.dumps(signed, indent=1, sort_keys=True) + "\n")
@@ -153,13 +161,8 @@ def update_index(
     """List the files just ``written`` (their current digests), drop the ``removed`` ones,
     keep every other listing as signed, and re-sign with ``key``. A store without an index
     gets one listing only what was written; an index that does not verify with ``keys`` is
-    an error, never silently replaced; so is ``key`` when it may not sign an index."""
-    public = key.public_key()
-    if not index_signers({key_id(public): public}):
-        raise EntryError(
-            f"key {key_id(public)} may sign entries but not the index (the repository's "
-            f"{KEYS_DIR}/{INDEX_SIGNERS} does not name it)"
-        )
+    an error, never silently replaced; so is ``key`` when it may not sign this store's
+    index (:func:`write_index`)."""
     with _locked(root):
         files: dict[str, Any] = read_index(root, keys) if (root / INDEX_FILE).exists() else {}
         for path in removed:

@@ -198,32 +198,32 @@ def test_an_index_not_signed_by_an_accepted_key_is_refused_and_never_updated(sto
         update_index(store, key, keys_of(key), written=[entry_files(store)[0]])
 
 
-def test_only_the_named_maintainer_keys_may_sign_the_index(store, key, tmp_path, monkeypatch):
-    """Integrity review F2: a key the repository lists for its entries (an earlier host's,
-    a submitter's accepted key) vouches for the files the index pins, and cannot re-sign
-    the index over an edited store; a key ``index_signers.json`` names can."""
-    repository = tmp_path / "repository"
+def test_only_the_named_maintainer_keys_may_sign_the_index(store, key, monkeypatch):
+    """Integrity review F2: on the published store, a key the repository lists for its
+    entries (an earlier host's, a submitter's accepted key) vouches for the files the index
+    pins, and cannot re-sign the index over an edited store; a key ``index_signers.json``
+    names can. On any other store (your ``my-results``) the keys you trust may."""
     submitter = Ed25519PrivateKey.generate()
-    for k in (key, submitter):
-        export_public_key(repository, k.public_key())
-    monkeypatch.setattr(signing, "REPOSITORY_STORE", repository)
-    (repository / "_keys" / "index_signers.json").write_text(json.dumps([key_id(key.public_key())]))
+    export_public_key(store, submitter.public_key())
+    monkeypatch.setattr(signing, "REPOSITORY_STORE", store)  # the store is the published one
+    (store / "_keys" / "index_signers.json").write_text(json.dumps([key_id(key.public_key())]))
     keys = {**keys_of(key), **keys_of(submitter)}
     assert verify_tree(store, HASHES) == []  # the default trust: the repository's list
     path = adversaries.delete_entry(store, "public_only")
-    with pytest.raises(ValueError, match="may sign entries but not the index"):
+    with pytest.raises(ValueError, match="may sign entries but not this store's index"):
         update_index(store, submitter, keys, removed=[path])  # the deletion, re-indexed
     index = store / "_signed_index.json"
     signed = index.read_bytes()
     listing = {k: v for k, v in json.loads(signed)["files"].items() if k != path.name}
     adversaries._rewrite(index, {"kind": "fedsynth store index v1", "files": listing}, submitter)
     [(found, reason)] = verify_tree(store, HASHES)
-    assert found == index and "may sign entries but not the index" in reason
+    assert found == index and "may sign entries but not this store's index" in reason
     index.write_bytes(signed)
     update_index(store, key, keys, removed=[path])  # the maintainer's publish
     assert verify_tree(store, HASHES) == []
-    (repository / "_keys" / "index_signers.json").unlink()  # none named: no index verifies
-    assert "may sign entries but not the index" in verify_tree(store, HASHES)[0][1]
+    monkeypatch.setattr(signing, "REPOSITORY_STORE", store.parent / "elsewhere")
+    update_index(store, submitter, keys)  # not the published store: the reader's keys
+    assert verify_tree(store, HASHES, trusted=list(keys)) == []
 
 
 @pytest.mark.parametrize("value", ["zz", 7])

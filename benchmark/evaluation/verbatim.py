@@ -20,10 +20,11 @@ natural rate of a release that does not leak. The calibration reads the held-out
 only (:data:`CALIBRATION_PARTS`), never train: a count of public texts matching train
 texts would be an exact, unnoised query on the train units, published in every record
 whatever the release. The held-out rate is scaled to all private parts by their numbers
-of texts (which the split's manifest publishes): the parts are people drawn at random, so
-a text that copied nothing meets each part's texts alike. A release of ``n`` texts is over the
-threshold when ``k`` matches would be improbable (one-sided binomial tail below
-:data:`ALPHA`) at the upper 95 % confidence bound of that rate. Over the threshold, a
+of texts (the part sizes, which the split's manifest publishes anyway): the parts are
+people drawn at random, so a text that copied nothing meets each part's texts alike. A
+release of ``n`` texts is over the threshold when ``k`` matches would be improbable
+(one-sided binomial tail below :data:`ALPHA`) at the upper 95 % confidence bound of that
+rate. Over the threshold, a
 private run's release is refused publication; an ε = ∞ run (the non-private bound and the
 oracle control, which releases real train texts by design) is not refused, but its counts
 are recorded like every other run's, so they show where the threshold sits.
@@ -48,8 +49,9 @@ from benchmark.data import TEXT, FederatedSplit
 NGRAM = 12  # words; chosen by measurement: docs/measurements/working-scale.md#verbatim
 ALPHA = 1e-3  # level of the one-sided test that a release matches more than public text does
 CONFIDENCE = 0.95  # of the upper bound on the public part's natural rate
-# The natural rate assumed for a split without a public part (nothing to calibrate on):
-# above every rate measured (docs/measurements/working-scale.md#verbatim).
+# The natural rate assumed for a split without a public part or held-out texts (nothing
+# to calibrate on): above every all-parts rate measured, below the scaled held-out bounds
+# of the small kjv splits (docs/architecture.md, "Verbatim detection").
 NO_PUBLIC_RATE = 0.01
 PRIVATE_PARTS = ("train", "validation", "test")
 CALIBRATION_PARTS = ("validation", "test")  # held out: the calibration never reads train

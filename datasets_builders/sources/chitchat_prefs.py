@@ -57,8 +57,11 @@ guarantee means: a person's messages also appear as the "Human" turns of their p
 records (the other side of a conversation is in the prompt, as in OASST1 and HH), so their
 person-level guarantee is group privacy over themselves and their partners; and 51 of the
 package's speakers reply both before and after the cut, so part of their data is public
-(as in the ``chitchat`` split). Paper 003's own unit is one tuple:
-``--partition document`` gives one pair per client (held-out sizes then count pairs).
+(``chitchat`` leaves such people out of its public part, ``before_window:person_disjoint``;
+this source keeps ``before_window``, since the ``prefs`` suite's unit is one sample, and
+its split is built with it: changing the default would be a new ``prefs`` version).
+Paper 003's own unit is one tuple: ``--partition document`` gives one pair per client
+(held-out sizes then count pairs).
 
 Measured on chitchat-dataset 0.9.0 (``fedsynth splits build chitchat_prefs``): 131,548
 reply turns from 1,113 repliers, 112,572 of them dated in the private window (861
