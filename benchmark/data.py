@@ -20,7 +20,8 @@ DATE = "date"
 LABEL = "label"
 STRONG = "strong"  # a training client's capability flag (paper 001), in each of its rows
 SOURCE_ID = "source_id"
-PARTS = ("train", "validation", "test", "public")
+PRIVATE_PARTS = ("train", "validation", "test")
+PARTS = (*PRIVATE_PARTS, "public")
 
 
 @dataclass

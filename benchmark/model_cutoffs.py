@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from benchmark.data import PRIVATE_PARTS
+
 Status = Literal["contaminated", "clean", "unknown"]
 
 
@@ -127,12 +129,9 @@ class Verdict:
         return {"status": self.status, "model": self.model, "reason": self.reason}
 
 
-PRIVATE = ("train", "validation", "test")
-
-
 def _private_dates(manifest: Mapping[str, Any]) -> list[str]:
     counts = manifest.get("counts", {})
-    return sorted(counts[p]["dates"]["min"] for p in PRIVATE if "dates" in counts.get(p, {}))
+    return sorted(counts[p]["dates"]["min"] for p in PRIVATE_PARTS if "dates" in counts.get(p, {}))
 
 
 def check(manifest: Mapping[str, Any], model: str) -> Verdict:
@@ -150,7 +149,7 @@ def check(manifest: Mapping[str, Any], model: str) -> Verdict:
         )
     info = lookup(model)
     cutoff = f"{info.cutoff} ({info.kind.replace('_', ' ')})"
-    undated = sum(manifest.get("counts", {}).get(p, {}).get("undated", 0) for p in PRIVATE)
+    undated = sum(manifest.get("counts", {}).get(p, {}).get("undated", 0) for p in PRIVATE_PARTS)
     if undated:
         return Verdict("unknown", info.name, f"{undated} private records have no date")
     window = manifest.get("filters", {}).get("date_window", {}).get("start")

@@ -76,14 +76,22 @@ from tqdm import tqdm
 
 from benchmark import split_hash, split_storage
 from benchmark import split_manifest as mf
-from benchmark.data import CLIENT_ID, DATE, LABEL, PARTS, SOURCE_ID, STRONG, TEXT
+from benchmark.data import (
+    CLIENT_ID,
+    DATE,
+    LABEL,
+    PARTS,
+    PRIVATE_PARTS,
+    SOURCE_ID,
+    STRONG,
+    TEXT,
+)
 from benchmark.files import atomic_write
 
 from . import partitioners
 from .source import Source, SourceRecord
 
 PART_KEY = "part"
-PRIVATE_PARTS = ("train", "validation", "test")
 DEDUPE_RULES = ("text", "record", "none")
 
 

@@ -44,7 +44,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from benchmark.data import TEXT, FederatedSplit
+from benchmark.data import PRIVATE_PARTS, TEXT, FederatedSplit
 
 NGRAM = 12  # words; chosen by measurement: docs/measurements/working-scale.md#verbatim
 ALPHA = 1e-3  # level of the one-sided test that a release matches more than public text does
@@ -53,7 +53,6 @@ CONFIDENCE = 0.95  # of the upper bound on the public part's natural rate
 # to calibrate on): above every all-parts rate measured, below the scaled held-out bounds
 # of the small kjv splits (docs/architecture.md, "Verbatim detection").
 NO_PUBLIC_RATE = 0.01
-PRIVATE_PARTS = ("train", "validation", "test")
 CALIBRATION_PARTS = ("validation", "test")  # held out: the calibration never reads train
 PAIR_FIELDS = ("prompt", "chosen", "rejected")  # a preference tuple's text fields
 
@@ -99,18 +98,18 @@ class KeyIndex:
     def __init__(self, texts: Iterable[str], n: int = NGRAM) -> None:
         self.n = n
         self.counts: Counter[int] = Counter()
+        self.texts = 0  # how many texts it indexes
         for text in texts:
             self.counts.update(text_keys(text, n))
+            self.texts += 1
 
 
 @dataclass(frozen=True)
 class VerbatimIndex:
-    """Each private part's keys and texts, and the public part's keys (which make a shared
-    key no evidence)."""
+    """Each private part's keys and the public part's (which make a shared key no evidence)."""
 
     private: dict[str, KeyIndex]
     public: KeyIndex
-    texts: dict[str, int]  # each private part's number of texts
 
     def parts_matched(
         self, keys: frozenset[int], public_own: int = 0, parts: Sequence[str] = PRIVATE_PARTS
@@ -124,10 +123,8 @@ class VerbatimIndex:
 
 
 def build_index(split: FederatedSplit, n: int = NGRAM) -> VerbatimIndex:
-    texts = {p: record_texts(split.records(p)) for p in PRIVATE_PARTS}
-    private = {p: KeyIndex(t, n) for p, t in texts.items()}
-    sizes = {p: len(t) for p, t in texts.items()}
-    return VerbatimIndex(private, KeyIndex(record_texts(split.records("public")), n), sizes)
+    private = {p: KeyIndex(record_texts(split.records(p)), n) for p in PRIVATE_PARTS}
+    return VerbatimIndex(private, KeyIndex(record_texts(split.records("public")), n))
 
 
 @dataclass(frozen=True)
@@ -153,14 +150,14 @@ def calibrate(index: VerbatimIndex, public_texts: Sequence[str]) -> Calibration:
     """Check each public text against the held-out parts, with its own copy left out of the
     public filter, and scale the rate's upper bound from their texts to every private
     part's: the natural rate of a release that copied nothing, read off no train text."""
-    held_out = sum(index.texts[p] for p in CALIBRATION_PARTS)
+    held_out = sum(index.private[p].texts for p in CALIBRATION_PARTS)
     matched = sum(
         bool(index.parts_matched(text_keys(t, index.public.n), 1, CALIBRATION_PARTS))
         for t in public_texts
     )
     if not public_texts or not held_out:
         return Calibration(len(public_texts), matched, NO_PUBLIC_RATE)
-    scale = sum(index.texts.values()) / held_out
+    scale = sum(part.texts for part in index.private.values()) / held_out
     rate = min(1.0, upper_bound(matched, len(public_texts)) * scale)
     return Calibration(len(public_texts), matched, rate)
 
