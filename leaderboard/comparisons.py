@@ -1,5 +1,9 @@
 """Each table row against the table's references, with intervals that count test clients.
 
+A cell's own interval (:func:`cell_intervals`) resamples the test clients and the seeds
+where its entry kept per-client hits (next-token top-1, the preference track's win rate
+and reward accuracy), else it is the t-interval over seeds the entry carries.
+
 For a row of a next-token table this computes (method − public_only), (method −
 generator_only) and the gap closed ((method − public_only) / (nonprivate − public_only)),
 each with a paired bootstrap 95 % interval over test clients and seeds
@@ -156,6 +160,14 @@ class _Arms:
         interval = seed_difference(a, b) or _point_only(sum(a) / len(a) - sum(b) / len(b))
         return Estimate(interval, SEEDS_ONLY)
 
+    def alone(self, row: Row) -> Interval | None:
+        """The row's own interval over test clients and seeds; None without its hits."""
+        boot = self.boot([row])
+        if boot is None:
+            return None
+        name, hits = self.arm(row)
+        return boot.interval(hits.point(), boot.replicates_of(name, hits))
+
     def gap(self, row: Row, low: Row | None, high: Row | None) -> Estimate | None:
         """Paired gap closed; None without both bounds' and the row's per-client hits."""
         boot = None if low is None or high is None else self.boot([row, low, high])
@@ -165,6 +177,23 @@ class _Arms:
         if lo[1].point() == hi[1].point():
             return None
         return Estimate(boot.gap_closed(self.arm(row), lo, hi), CLIENTS_AND_SEEDS)
+
+
+def cell_intervals(rows: Sequence[Row], metric: str) -> dict[tuple[str, float], Interval]:
+    """Each row's 95 % interval over test clients and seeds (the client draws shared with
+    the differences below), for the rows whose entries kept per-client hits of ``metric``:
+    a table cell's interval then counts test sampling, not only its seeds'."""
+    arms = _Arms(metric)
+    found = {(r.method, r.epsilon_budget): arms.alone(r) for r in rows}
+    return {key: interval for key, interval in found.items() if interval is not None}
+
+
+def client_difference(row: Row, ref: Row, metric: str) -> Interval | None:
+    """``row − ref`` paired over test clients and seeds, or None unless both entries kept
+    per-client hits of ``metric`` for the same clients."""
+    arms = _Arms(metric)
+    boot = arms.boot([row, ref])
+    return None if boot is None else boot.difference(arms.arm(row), arms.arm(ref))
 
 
 def compare(rows: Sequence[Row], metric: str, roles: dict[str, str]) -> Comparisons:

@@ -35,6 +35,7 @@ from leaderboard.tables import (
     format_epsilon,
     format_interval,
     format_share,
+    format_table_cell,
     headline_metrics,
     metric_label,
     role_of,
@@ -212,7 +213,11 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
             f"<tr class='{_row_class(row, best)}'>"
             + _method_cell(row, key in table.few_seeds)
             + _eps_cell(row.epsilon_budget)
-            + _summary_cell(summary)
+            + (
+                _num(summary["mean"], format_table_cell(table, key))
+                if key in table.cells
+                else _num(None, "")
+            )
             + (_num(gap, "" if gap is None else format_share(gap)) if gap_column else "")
             + _num(
                 len(row.entry["spec"].get("seeds", [])),
@@ -415,7 +420,9 @@ def _page(
         f"<style>{STYLE}</style></head><body><h1>fedsynth leaderboard</h1>{nav}"
         + (f"<h2>{html.escape(track.title)}</h2>" if track else "")
         + f"<p>Version {html.escape(version)}. Each split leads with {lead}: "
-        "mean ± 95% CI over seeds; where the split has the public-only and non-private "
+        "mean ± 95% CI, a bootstrap over test clients and seeds where the entry kept "
+        "per-client hits (else over seeds, marked *); where the split has the public-only "
+        "and non-private "
         "bounds, the share of that gap a row closes, then each row's difference from "
         "public_only and generator_only and its gap closed with paired bootstrap 95% CIs over "
         "test clients and seeds. A method's cell is ranked "

@@ -144,12 +144,34 @@ def stored_records(root: Path, lb_version: str, split_name: str) -> list[dict[st
 
 
 def write_manifest(root: Path, lb_version: str, name: str, manifest: dict[str, Any]) -> Path:
-    """Keep the split manifest beside the entries so verification needs no split data."""
+    """Keep the split manifest beside the entries so verification needs no split data.
+
+    A manifest the store already keeps that differs only in when the split was fetched and
+    built (:data:`BUILD_TIMES`: another host's rebuild of the same split) is left as it is,
+    so a rebuild does not rewrite the published file."""
     manifests = path_under(root, lb_version, where="leaderboard_version") / MANIFESTS_DIR
     path = path_under(manifests, f"{name}@{manifest['version']}.json", where="split manifest")
+    if path.is_file() and _without_times(_read(path)) == _without_times(manifest):
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return path
+
+
+BUILD_TIMES = ("fetched_at", "built_at")  # provenance, not hashed (benchmark.split_manifest)
+
+
+def _without_times(manifest: Any) -> Any:
+    if not isinstance(manifest, dict):
+        return manifest
+    return {k: v for k, v in manifest.items() if k not in BUILD_TIMES}
+
+
+def _read(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def manifest_hashes(root: Path) -> dict[str, str]:

@@ -15,7 +15,14 @@ from typing import Any
 
 from benchmark.evaluation.stats import gap_closed
 from benchmark.spec import PRIVACY_UNITS
-from leaderboard.comparisons import CLIENTS_AND_SEEDS, Comparisons, Estimate, compare
+from leaderboard.comparisons import (
+    CLIENTS_AND_SEEDS,
+    SEEDS_ONLY,
+    Comparisons,
+    Estimate,
+    cell_intervals,
+    compare,
+)
 from leaderboard.directions import lower_is_better
 from leaderboard.entries import audit_exceeds_epsilon
 from leaderboard.store import Row
@@ -105,9 +112,10 @@ def role_of(row: Row) -> str:
 @dataclass(frozen=True)
 class Cell:
     mean: float
-    ci_half: float | None  # half-width of the 95 % t-interval over seeds (None: one seed)
+    ci_half: float | None  # half-width of the 95 % interval (None: one seed, no hits)
     n: int
     integer: bool = False  # every seed's value is a whole number (epochs, counts)
+    basis: str = SEEDS_ONLY  # what the interval resamples (CLIENTS_AND_SEEDS: hits kept)
 
 
 @dataclass
@@ -166,6 +174,7 @@ class Table:
                         f"eps={fmt(e)}": {
                             "mean": self.cells[m, e].mean,
                             "ci95_half_width": self.cells[m, e].ci_half,
+                            "ci95_basis": self.cells[m, e].basis,
                             "seeds": self.cells[m, e].n,
                             "gap_closed": self.gap.get((m, e)),
                             "best": self.best.get(e) == m,
@@ -285,6 +294,9 @@ def build_table(
     unranked |= elsewhere
     placed = [r for r in rows if r.method not in elsewhere]
     cells = {(r.method, r.epsilon_budget): cell_of(summary_of(r.entry, metric)) for r in rows}
+    for key, interval in cell_intervals(rows, metric).items():
+        half = (interval.high - interval.low) / 2
+        cells[key] = replace(cells[key], ci_half=half, basis=CLIENTS_AND_SEEDS)
     roles = {r.method: role_of(r) for r in rows}
     epsilons = sorted({e for _, e in cells})
     place = {m: i for i, m in enumerate(order)}
@@ -321,6 +333,15 @@ def format_cell(cell: Cell, digits: int = 4) -> str:
     return text + (f" ± {cell.ci_half:.{digits}f}" if cell.ci_half is not None else "")
 
 
+def format_table_cell(table: Table, key: tuple[str, float]) -> str:
+    """A cell as its table shows it: :func:`format_cell`, marked ``*`` when its interval is
+    over seeds only beside cells whose intervals count test clients too."""
+    cell = table.cells[key]
+    mixed = len({c.basis for c in table.cells.values()}) > 1
+    seeds_only = mixed and cell.basis == SEEDS_ONLY and cell.ci_half is not None
+    return format_cell(cell) + (" *" if seeds_only else "")
+
+
 def format_share(share: float) -> str:
     """A gap-closed share as a whole percentage (``+ 0`` turns ``-0`` into ``0``)."""
     return f"{round(100 * share) + 0:.0f}%"
@@ -338,7 +359,7 @@ def render_text(table: Table, bold: tuple[str, str] = ("\033[1m", "\033[0m")) ->
                 cells.append("")
                 continue
             cell = table.cells[method, eps]
-            text = f"{format_cell(cell)} (n={cell.n})"
+            text = f"{format_table_cell(table, (method, eps))} (n={cell.n})"
             if (method, eps) in table.gap and table.roles[method] != "bound":
                 text += f" gap {format_share(table.gap[method, eps])}"
             if (method, eps) in table.flagged:
@@ -359,11 +380,22 @@ def render_text(table: Table, bold: tuple[str, str] = ("\033[1m", "\033[0m")) ->
     return "\n".join(out + render_comparisons(table))
 
 
+def interval_note(table: Table) -> str:
+    """What the cells' intervals resample: test clients and seeds where the entries kept
+    per-client hits, else seeds only (marked where a table has both)."""
+    bases = {cell.basis for cell in table.cells.values()}
+    if bases == {CLIENTS_AND_SEEDS}:
+        return "mean ± 95% CI half-width over test clients and n seeds"
+    if CLIENTS_AND_SEEDS in bases:
+        return "mean ± 95% CI half-width over test clients and n seeds (* over seeds only)"
+    return "mean ± 95% CI half-width over n seeds"
+
+
 def columns_note(table: Table) -> str:
     """What the table's cells are, naming only what this table has: the gap closed where
     the track has both bounds, else the reference rows its methods are read against (e.g.
     the base model on the preference track)."""
-    parts = ["mean ± 95% CI half-width over n seeds"]
+    parts = [interval_note(table)]
     if table.gap:
         parts.append("gap closed = share of public_only → nonprivate")
     references = [m for m in table.methods if table.roles[m] != "method"]

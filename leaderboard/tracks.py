@@ -18,6 +18,7 @@ from typing import Any
 from benchmark.evaluation.stats import summarize
 from benchmark.split_manifest import unit_statement
 from leaderboard.catalog import SUITES
+from leaderboard.comparisons import CLIENTS_AND_SEEDS, SEEDS_ONLY, client_difference
 from leaderboard.store import MANIFESTS_DIR, VERSION_FILE, Row, labelled, rows_by_version
 from leaderboard.suites import Suite
 from leaderboard.tables import (
@@ -188,34 +189,43 @@ class Contrast:
     subtrahend: str
     epsilon: float  # the minuend's budget
     difference: float
-    ci_half: float | None  # 95 % t over the seeds both rows have (None: one seed)
+    ci_half: float | None  # 95 % (None: one seed and no per-client hits)
     seeds: int
+    basis: str = SEEDS_ONLY  # CLIENTS_AND_SEEDS: both rows kept per-tuple hits
 
 
 def contrasts(suite: Suite, rows: Sequence[Row], metric: str) -> list[Contrast]:
     """The suite's named differences of two rows (paper 001's stage 1 effect, a preference
-    policy against the base model), one per budget of the minuend, paired by seed: the same
-    split, seed and test texts for both rows, so the interval counts the variance of the
-    difference over seeds; test sampling is shared, not resampled. The subtrahend is its
-    row at the minuend's budget, else its ε = 0 row (a reference that used no private
-    data, such as the base model); two rows at different budgets are never paired."""
-    by_method: dict[str, dict[float, dict[str, Any]]] = {}
+    policy against the base model), one per budget of the minuend. Where both entries kept
+    per-client hits of the same test clients, the interval is the paired bootstrap over
+    test clients and seeds (:func:`~leaderboard.comparisons.client_difference`); else it is
+    paired by seed (the same split, seed and test texts for both rows: a t-interval of the
+    per-seed differences, test sampling shared, not resampled). The subtrahend is its row
+    at the minuend's budget, else its ε = 0 row (a reference that used no private data,
+    such as the base model); two rows at different budgets are never paired."""
+    by_method: dict[str, dict[float, Row]] = {}
     for r in rows:
-        by_method.setdefault(r.method, {})[r.epsilon_budget] = r.entry
+        by_method.setdefault(r.method, {})[r.epsilon_budget] = r
     found = []
     for name, (minuend, subtrahend) in suite.contrasts.items():
         references = by_method.get(subtrahend, {})
-        for eps, entry in sorted(by_method.get(minuend, {}).items()):
+        for eps, row in sorted(by_method.get(minuend, {}).items()):
             reference = references.get(eps, references.get(0.0))
             if reference is None:
                 continue
-            a, b = _per_seed(entry, metric), _per_seed(reference, metric)
+            a, b = _per_seed(row.entry, metric), _per_seed(reference.entry, metric)
             shared = sorted(set(a) & set(b))
             if not shared:
                 continue
-            paired = summarize([a[s] - b[s] for s in shared])
-            half = None if paired.ci_high is None else (paired.ci_high - paired.ci_low) / 2
-            found.append(Contrast(name, minuend, subtrahend, eps, paired.mean, half, paired.n))
+            resampled = client_difference(row, reference, metric)
+            if resampled is not None:
+                half = (resampled.high - resampled.low) / 2
+                seeds, basis, point = min(len(a), len(b)), CLIENTS_AND_SEEDS, resampled.point
+            else:
+                paired = summarize([a[s] - b[s] for s in shared])
+                half = None if paired.ci_high is None else (paired.ci_high - paired.ci_low) / 2
+                seeds, basis, point = paired.n, SEEDS_ONLY, paired.mean
+            found.append(Contrast(name, minuend, subtrahend, eps, point, half, seeds, basis))
     return found
 
 
@@ -227,9 +237,14 @@ def _per_seed(entry: dict[str, Any], metric: str) -> dict[int, float]:
 def format_contrast(c: Contrast) -> str:
     ci = f" ± {c.ci_half:.4f}" if c.ci_half is not None else " (one seed: no CI)"
     difference = round(c.difference, 4) + 0.0  # no "-0.0000" for a float's rounding error
+    how = (
+        f"paired 95% bootstrap over test clients and {c.seeds} seeds"
+        if c.basis == CLIENTS_AND_SEEDS
+        else f"paired by seed, 95% t over {c.seeds} seeds"
+    )
     return (
         f"{c.name} at ε={format_epsilon(c.epsilon)}: {c.minuend} − {c.subtrahend} = "
-        f"{difference:+.4f}{ci} (paired by seed, 95% t over {c.seeds} seeds)"
+        f"{difference:+.4f}{ci} ({how})"
     )
 
 

@@ -139,7 +139,7 @@ def test_real_run_restores_the_selected_epoch(setup):
         counts = result.clients[part]
         assert (scores, counts) == evaluate_part(model, lm.tokenizer, split.records(part))
         assert list(counts.clients) == sorted(split.by_client(part))
-        assert sum(counts.top1) / sum(counts.tokens) == scores["top1"]
+        assert sum(counts.hits) / sum(counts.tokens) == scores["top1"]
 
 
 def test_per_client_counts_add_up_per_client(setup):
@@ -148,10 +148,10 @@ def test_per_client_counts_add_up_per_client(setup):
     model = lm.new_model(0)
     records = split.records("test")
     scores, counts = evaluate_part(model, lm.tokenizer, records)
-    for cid, hits, tokens in zip(counts.clients, counts.top1, counts.tokens, strict=True):
+    for cid, hits, tokens in zip(counts.clients, counts.hits, counts.tokens, strict=True):
         own = [r["text"] for r in records if r["client_id"] == cid]
         alone = evaluate_lm(model, lm.tokenizer, own)
         assert (hits, tokens) == (round(alone["top1"] * alone["tokens"]), alone["tokens"])
     assert len(counts.clients_sha256()) == 64
-    assert counts.to_json()["top1_hits"] == list(counts.top1)
+    assert counts.to_json()["top1_hits"] == list(counts.hits)
     assert "clients" not in counts.to_json()  # the ids are not published, only their hash

@@ -3,6 +3,7 @@ to `leaderboard show`, the seed-only fallback for entries without them, and rank
 with three seeds."""
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -106,6 +107,28 @@ def test_a_cell_is_ranked_only_with_three_seeds():
     json.dumps(as_json)  # serialisable
 
 
+def test_a_cells_interval_counts_its_test_clients_as_well_as_its_seeds():
+    # seeds that agree exactly: the t-interval over seeds is ± 0, yet 400 test clients
+    # of differing difficulty leave the mean uncertain
+    same = hits_for(0.30, 1, np.random.default_rng(1)) * 3
+    flat = row("public_only", 0.0, hits=same, role="bound")
+    assert flat.entry["metrics"][METRIC]["ci_high"] == flat.entry["metrics"][METRIC]["mean"]
+    table = build_table([flat, *rows()[1:]], "toy", METRIC)
+    cell = table.cells["public_only", 0.0]
+    p = cell.mean
+    binomial = 1.96 * math.sqrt(p * (1 - p) / int(TOKENS.sum()))  # tokens as if independent
+    assert cell.basis == CLIENTS_AND_SEEDS and cell.ci_half > binomial
+    as_json = next(r for r in table.to_json()["rows"] if r["method"] == "public_only")
+    assert as_json["eps=0"]["ci95_basis"] == CLIENTS_AND_SEEDS
+    text = render_text(table, ("", ""))
+    assert "mean ± 95% CI half-width over test clients and n seeds;" in text
+    # beside an entry without hits, whose interval stays the t over its seeds, marked
+    mixed = build_table([flat, without_hits(rows()[4])], "toy", METRIC)
+    assert mixed.cells["popri", 1.0].basis == SEEDS_ONLY
+    popri_line = next(line for line in render_text(mixed).splitlines() if "popri" in line)
+    assert " * (n=3)" in popri_line and "(* over seeds only)" in render_text(mixed)
+
+
 def test_entries_without_hits_fall_back_to_seed_intervals_marked():
     old = [without_hits(r) for r in rows()]
     table = build_table(old, "toy", METRIC)
@@ -159,7 +182,7 @@ def record(seed, hits, tokens, top1=None, digest=DIGEST):
     }
 
 
-def test_entries_keep_per_client_hits_only_when_every_seed_agrees():
+def test_entries_keep_per_client_hits_only_when_every_seed_scored_the_same_clients():
     records = [record(0, [1, 2], [4, 4]), record(1, [2, 2], [4, 4])]
     kept = entry_client_hits(records)
     assert kept["per_client"]["next_token"]["test"]["top1_hits"] == [[1, 2], [2, 2]]
@@ -167,7 +190,10 @@ def test_entries_keep_per_client_hits_only_when_every_seed_agrees():
     digest, hits = client_hits_of(entry, METRIC)
     assert digest == DIGEST and hits.per_seed().tolist() == [3 / 8, 4 / 8]
     assert client_hits_of(entry, "next_token.top3") is None
-    assert entry_client_hits([record(0, [1, 2], [4, 4]), record(1, [2, 2], [4, 5])]) == {}
+    # seeds that scored other tokens of the same clients keep their tokens per seed
+    per_seed = entry_client_hits([record(0, [1, 2], [4, 4]), record(1, [2, 2], [4, 5])])
+    assert per_seed["per_client"]["next_token"]["test"]["tokens"] == [[4, 4], [4, 5]]
+    assert client_hits_of(per_seed, METRIC)[1].per_seed().tolist() == [3 / 8, 4 / 9]
     assert entry_client_hits([record(0, [1, 2], [4, 4], top1=0.5)]) == {}  # not the published
     assert entry_client_hits([record(0, [1], [4]), record(1, [1], [4], digest="c" * 64)]) == {}
     old = {"spec": {"seed": 0}, "metrics": {"next_token.top1": 0.5}, "evaluation": {"metrics": {}}}

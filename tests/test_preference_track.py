@@ -1,5 +1,6 @@
 """The preference track: SFT + DPO of the downstream policy, and the metrics that read it."""
 
+import hashlib
 import random
 import types
 
@@ -148,7 +149,10 @@ def test_alignment_without_pairs_is_the_base_model():
 def test_the_base_model_release_scores_even(tmp_path):
     metrics = [{"name": "reward_accuracy"}, {"name": "premia"}]
     out = evaluate(Artifact("preferences", pairs=[]), context(tmp_path), metrics)["metrics"]
+    per_tuple = out["reward_accuracy"].pop("per_client")["test"]
     assert out["reward_accuracy"] == {"accuracy": 0.5, "n": 24.0}
+    # every test tuple kept as a tie: one hit of two
+    assert per_tuple["accuracy_hits"] == [1] * 24 and per_tuple["tokens"] == [2] * 24
     assert out["premia"]["auc"] == 0.5
 
 
@@ -193,8 +197,15 @@ def test_dpo_raises_the_chosen_over_the_rejected_on_its_pairs(tmp_path):
 
 def test_win_rate_scores_a_preference_release_through_its_policy(tmp_path):
     spec = {"name": "win_rate", "max_new_tokens": 4, "n_prompts": 5}
-    out = evaluate(Artifact("preferences", pairs=[]), context(tmp_path), [spec])
-    assert out["metrics"]["win_rate"]["n"] == 5.0
+    ctx = context(tmp_path)
+    out = evaluate(Artifact("preferences", pairs=[]), ctx, [spec])["metrics"]["win_rate"]
+    assert out["n"] == 5.0
+    # the verdicts per test tuple: over every tuple of the part, 2 tokens where judged
+    counts = out["per_client"]["test"]
+    tuples = sorted(str(r["client_id"]) for r in ctx.split.records("test"))
+    assert counts["clients_sha256"] == hashlib.sha256("\n".join(tuples).encode()).hexdigest()
+    assert sorted(counts["tokens"]) == [0] * (len(tuples) - 5) + [2] * 5
+    assert sum(counts["win_rate_hits"]) / sum(counts["tokens"]) == out["win_rate"]
 
 
 def test_head_to_head_compares_two_releases_policies_on_the_same_prompts(tmp_path):
@@ -208,6 +219,7 @@ def test_head_to_head_compares_two_releases_policies_on_the_same_prompts(tmp_pat
     }
     out = evaluate(Artifact("preferences", pairs=[]), context(tmp_path), [spec])
     # the same (base) policy on both sides: every answer ties
+    assert out["metrics"]["win_rate"].pop("per_client")["test"]["win_rate_hits"].count(1) == 5
     assert out["metrics"]["win_rate"] == {"win_rate": 0.5, "ties": 5.0, "n": 5.0}
     assert out["settings"]["win_rate"]["against"] == str(tmp_path / "other.json")
 

@@ -288,3 +288,15 @@ def test_the_publish_path_refuses_a_run_whose_canary_audit_refutes_its_epsilon(
     assert "exceeds the accounted ε" in json.loads((refused / REFUSED).read_text())["reason"]
     published = verify_tree(results, manifest_hashes(results), trust_host=True)
     assert published == []  # what was published verifies, the index included
+
+
+def test_a_rebuild_of_the_same_split_leaves_the_kept_manifest_as_it_is(tmp_path):
+    """Another host's build of the same split differs only in when it was fetched and
+    built: the published manifest is not rewritten (it would leave the store dirty)."""
+    manifest = {"version": "v-test", "content_hash": "abc", "built_at": "2026-01-01", "n": 1}
+    path = write_manifest(tmp_path, VERSION, "toy", manifest)
+    kept = path.read_text()
+    write_manifest(tmp_path, VERSION, "toy", manifest | {"built_at": "2026-11-30"})
+    assert path.read_text() == kept
+    write_manifest(tmp_path, VERSION, "toy", manifest | {"n": 2})  # what it says changed
+    assert json.loads(path.read_text())["n"] == 2

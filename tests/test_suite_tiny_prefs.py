@@ -10,6 +10,7 @@ import pytest
 from benchmark.privacy.accountants import epsilon_from_ledger
 from benchmark.privacy.ledger import PrivacyLedger
 from leaderboard.catalog import SUITES
+from leaderboard.client_hits import client_hits_of
 from leaderboard.suites import run_suite
 
 pytestmark = pytest.mark.end_to_end  # scheduled first (tests/conftest.py)
@@ -41,6 +42,10 @@ def test_preference_methods_run_and_their_epsilon_is_the_ledgers(entries, method
     metrics = entry["metrics"]
     assert 0 <= metrics["win_rate.win_rate"]["mean"] <= 1
     assert 0 <= metrics["reward_accuracy.accuracy"]["mean"] <= 1
+    # per test tuple, every seed's verdicts: the table's intervals resample the tuples
+    for metric in ("win_rate.win_rate", "reward_accuracy.accuracy"):
+        _, hits = client_hits_of(entry, metric)
+        assert hits.point() == pytest.approx(metrics[metric]["mean"], rel=1e-12)
     premia = entry["audit"]["premia.auc"]  # an audit, beside the other entries' MIA AUC
     assert 0 <= premia["mean"] <= 1 and "premia.auc" not in metrics
     canary = entry["audit"]["canary.epsilon_lower_bound"]["mean"]

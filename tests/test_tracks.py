@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from test_leaderboard import fake_records, publish, summary_row
@@ -14,12 +15,21 @@ from test_leaderboard import fake_records, publish, summary_row
 import methods  # noqa: F401  (registers the built-in adapters)
 from benchmark.cli.main import cli
 from leaderboard.catalog import SUITES
+from leaderboard.comparisons import CLIENTS_AND_SEEDS, SEEDS_ONLY
 from leaderboard.entries import build_entry, integrity_digest, version_definition
 from leaderboard.schema import EntryError
 from leaderboard.store import entry_files, query, rows_by_version, write_manifest, write_version
 from leaderboard.suites import Variant, instrument, run_suite
 from leaderboard.tables import build_table, render_text, role_of
-from leaderboard.tracks import TRACKS, TrackView, contrasts, render_tracks, suite_of, track_views
+from leaderboard.tracks import (
+    TRACKS,
+    TrackView,
+    contrasts,
+    format_contrast,
+    render_tracks,
+    suite_of,
+    track_views,
+)
 from leaderboard.verify import verify_tree
 from methods.dp_ftrl import ONE_PASS, ftrl_noise, tree_schedule
 
@@ -216,6 +226,39 @@ def test_preference_policies_are_paired_by_seed_with_the_base_model_at_each_budg
         (c.minuend, c.subtrahend, c.epsilon) for c in contrasts(SUITES["prefs"], only_four, metric)
     }
     assert ("dpprefsyn", "dp_ft", 1.0) not in pairs and ("dpprefsyn", "base_model", 1.0) in pairs
+
+
+def verdict_row(method, eps, verdicts, role):
+    """A preference row whose seeds each judged every test tuple (``verdicts``: seeds ×
+    tuples, in {0, ½, 1}), with its per-tuple hits kept as an entry keeps them."""
+    hits = (2 * np.asarray(verdicts)).astype(int)
+    values = [float(v) for v in np.asarray(verdicts).mean(axis=1)]
+    row = summary_row(method, eps, values, role, "win_rate.win_rate")
+    row.entry["spec"] = {"seeds": list(range(len(values)))}
+    tokens = [2] * hits.shape[1]
+    counts = {"clients_sha256": "e" * 64, "tokens": tokens, "win_rate_hits": hits.tolist()}
+    row.entry["per_client"] = {"win_rate": {"test": counts}}
+    return row
+
+
+def test_a_preference_contrast_resamples_the_test_tuples_where_verdicts_were_kept():
+    """Seeds that agree make the paired-by-seed t-interval ± 0, though 300 tuples decided
+    it: the kept verdicts let the contrast resample them, and it says so."""
+    rng = np.random.default_rng(0)
+    base = rng.binomial(1, 0.25, size=300).astype(float)
+    better = np.maximum(base, rng.binomial(1, 0.10, size=300))  # wins where base won, and more
+    rows = [
+        verdict_row("base_model", 0.0, [base] * 3, "bound"),
+        verdict_row("dp_ft", 1.0, [better] * 3, "method"),
+    ]
+    (c,) = [c for c in contrasts(SUITES["prefs"], rows, "win_rate.win_rate") if c.epsilon == 1.0]
+    assert c.basis == CLIENTS_AND_SEEDS and c.difference == pytest.approx(np.mean(better - base))
+    assert c.ci_half > 0.01  # the tuples' spread, which seeds alone would call ± 0
+    assert "paired 95% bootstrap over test clients and 3 seeds" in format_contrast(c)
+    for row in rows:
+        del row.entry["per_client"]
+    (c,) = [c for c in contrasts(SUITES["prefs"], rows, "win_rate.win_rate") if c.epsilon == 1.0]
+    assert c.basis == SEEDS_ONLY and c.ci_half == 0.0 and "paired by seed" in format_contrast(c)
 
 
 def test_a_paper_track_prints_its_rows_descriptions_and_stage_one_effect():

@@ -11,8 +11,8 @@ Choices where the papers are silent (recorded in :class:`DownstreamConfig`):
   part; each text is tokenised without special tokens and truncated to ``max_length``, and
   its first token is not predicted (there is no prefix to predict it from);
 - per client of each scored part, the top-1 hits and predicted tokens are kept
-  (:class:`ClientCounts`), so the published micro-average can be recomputed and
-  resampled over clients (paired bootstrap, :mod:`benchmark.evaluation.stats`);
+  (:mod:`benchmark.evaluation.client_counts`), so the published micro-average can be
+  recomputed and resampled over clients (paired bootstrap, :mod:`benchmark.evaluation.stats`);
 - AdamW with a constant learning rate, gradient-norm clipping at ``max_grad_norm``;
 - candidate epochs are 1..epochs (the untrained start is not a candidate); ties go to the
   earliest epoch; ``select_on="ce"`` minimises, any other key maximises.
@@ -23,7 +23,6 @@ the on-device model directly (public-only, non-private) use the very same loop.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ import torch.nn.functional as F
 
 from benchmark.artifact import Artifact
 from benchmark.data import CLIENT_ID, TEXT, FederatedSplit
+from benchmark.evaluation.client_counts import ClientCounts, summed_per_client
 from benchmark.profiles.base import OnDeviceLM
 from benchmark.profiles.seeding import seeded
 from benchmark.progress import progress
@@ -153,48 +153,9 @@ def scores_of(stats: dict[str, np.ndarray]) -> dict[str, float]:
     }
 
 
-@dataclass(frozen=True)
-class ClientCounts:
-    """Top-1 hits and predicted tokens per client of one part, clients in sorted id order:
-    enough to recompute the part's micro-averaged top-1 (sum of hits / sum of tokens) and
-    to resample it over clients. Published with a hash of the id list, never the ids: two
-    rows are paired only when they scored the same clients.
-
-    What it adds to a record: each held-out client's predicted-token count (a function of
-    their texts alone: their length, up to ``max_length`` tokens per text) and the selected
-    model's hits on them. For the training clients this is post-processing of the DP
-    release; the held-out clients are outside the DP guarantee in every metric (scored
-    without noise), and these counts give per-client detail on them. That is harmless for
-    the built-in sources, which are public corpora; a split whose held-out texts are secret
-    should not publish them."""
-
-    clients: tuple[str, ...]
-    top1: tuple[int, ...]
-    tokens: tuple[int, ...]
-
-    def clients_sha256(self) -> str:
-        return hashlib.sha256("\n".join(self.clients).encode()).hexdigest()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "clients_sha256": self.clients_sha256(),
-            "top1_hits": list(self.top1),
-            "tokens": list(self.tokens),
-        }
-
-
 def client_counts(stats: dict[str, np.ndarray], client_ids: Sequence[str]) -> ClientCounts:
     """Per-text :func:`token_stats` summed per client (``client_ids`` aligned with the texts)."""
-    clients = sorted(set(client_ids))
-    index = {c: i for i, c in enumerate(clients)}
-    owner = np.array([index[c] for c in client_ids], dtype=np.int64)
-    hits = np.bincount(owner, stats["top1"], len(clients)) if len(owner) else np.zeros(0)
-    tokens = np.bincount(owner, stats["n"], len(clients)) if len(owner) else np.zeros(0)
-    return ClientCounts(
-        tuple(clients),
-        tuple(int(round(h)) for h in hits),
-        tuple(int(round(t)) for t in tokens),
-    )
+    return summed_per_client(stats["top1"], stats["n"], client_ids)
 
 
 def evaluate_part(

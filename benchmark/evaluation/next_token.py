@@ -18,7 +18,7 @@ class NextTokenAccuracy(Metric):
 
     ``per_client`` holds, per part (``test``, ``validation``), the selected model's top-1
     hits and predicted tokens per client in sorted client-id order with a hash of that
-    order (:class:`~benchmark.evaluation.downstream.ClientCounts`): summed, they give
+    order (:class:`~benchmark.evaluation.client_counts.ClientCounts`): summed, they give
     ``top1`` exactly; resampled over clients, they give the paired bootstrap intervals of
     the leaderboard (:mod:`benchmark.evaluation.stats`). Not a number, so it stays out of
     the record's flat metrics and lives in its ``evaluation`` report.

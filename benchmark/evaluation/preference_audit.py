@@ -8,7 +8,9 @@ has m = 0 everywhere).
 
 - ``reward_accuracy``: the fraction of test tuples with m > 0 (ties count one half):
   DPO's implicit reward as a preference model (paper 003 B.6 reports a reward model's
-  pairwise accuracy; the policy's implicit one applies to every release alike).
+  pairwise accuracy; the policy's implicit one applies to every release alike). Each
+  tuple's verdict is kept (:func:`~benchmark.evaluation.client_counts.verdict_counts`), so
+  the table's interval resamples the test tuples as well as the seeds.
 - ``premia``: membership inference on preference data after Feng et al. (2025), the
   attack paper 003 Table 5 runs: the score of a tuple is its margin m, members are private
   train tuples, non-members test tuples (up to ``n`` = 1,000 each, seeded), and the result
@@ -27,7 +29,9 @@ import numpy as np
 import torch
 
 from benchmark.artifact import Artifact
+from benchmark.data import CLIENT_ID
 from benchmark.evaluation.base import EvalContext, Metric, MetricNotApplicable
+from benchmark.evaluation.client_counts import verdict_counts
 from benchmark.evaluation.mia import attack_auc
 from benchmark.evaluation.sampling import shuffled_subset
 from benchmark.preference_training import encode_pairs, reference_margins
@@ -39,16 +43,17 @@ PAIR_FIELDS = ("prompt", "chosen", "rejected")
 BATCH = 8
 
 
-def preference_records(ctx: EvalContext, part: str, n: int) -> list[dict[str, str]]:
-    """Up to ``n`` tuples of ``part`` (seeded subset), or a refusal when it has none."""
-    records = [
-        {k: str(r[k]) for k in PAIR_FIELDS}
+def preference_tuples(ctx: EvalContext, part: str, n: int) -> list[tuple[str, dict[str, str]]]:
+    """Up to ``n`` (client id, tuple) of ``part`` (seeded subset), or a refusal when it
+    has none."""
+    found = [
+        (str(r[CLIENT_ID]), {k: str(r[k]) for k in PAIR_FIELDS})
         for r in ctx.split.records(part)
         if all(r.get(k) for k in PAIR_FIELDS)
     ]
-    if not records:
+    if not found:
         raise MetricNotApplicable(f"the {part!r} part has no prompt/chosen/rejected tuples")
-    return shuffled_subset(records, n, ctx.seed)
+    return shuffled_subset(found, n, ctx.seed)
 
 
 def implicit_margins(
@@ -106,7 +111,7 @@ class _PolicyMetric(Metric):
         self.n, self.max_completion_tokens = n, max_completion_tokens
 
     def margins(self, artifact: Artifact, ctx: EvalContext, part: str) -> np.ndarray:
-        records = preference_records(ctx, part, self.n)
+        records = [pair for _, pair in preference_tuples(ctx, part, self.n)]
         key = ("implicit_margins", part, self.n, self.max_completion_tokens)
         return ctx.cached(
             artifact,
@@ -118,10 +123,17 @@ class _PolicyMetric(Metric):
 class RewardAccuracy(_PolicyMetric):
     name = "reward_accuracy"
 
-    def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
+    def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, Any]:
         m = self.margins(artifact, ctx, "test")
         accuracy = np.where(m > 0, 1.0, np.where(m == 0, 0.5, 0.0))
-        return {"accuracy": float(accuracy.mean()), "n": float(len(m))}
+        every = [cid for cid, _ in preference_tuples(ctx, "test", None)]
+        scored = [cid for cid, _ in preference_tuples(ctx, "test", self.n)]
+        counts = verdict_counts(every, scored, accuracy, "accuracy")
+        return {
+            "accuracy": float(accuracy.mean()),
+            "n": float(len(m)),
+            "per_client": {"test": counts.to_json()},
+        }
 
 
 class Premia(_PolicyMetric):

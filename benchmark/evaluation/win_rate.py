@@ -3,7 +3,10 @@
 For each sampled test prompt the released model answers greedily (through its chat
 template when it has one, via the profiles' ``HFGenerator``); the judge compares that
 answer (as A) with the record's ``chosen`` response (as B); the win rate is the mean verdict
-(ties count one half). A preference release is scored through the policy the evaluator
+(ties count one half), and per test tuple its verdict is kept
+(:func:`~benchmark.evaluation.client_counts.verdict_counts`, over every tuple of the part,
+0 of 0 where a seed judged none) so the table's interval resamples the test tuples as well
+as the seeds. A preference release is scored through the policy the evaluator
 aligns on it (SFT + DPO of the profile's ``preference_policy``: ``EvalContext.policy``); a
 released model is scored as it is. The judges that read log-probabilities use the language
 model the judge spec names (``lm``: one no policy starts from, e.g. Gemma 3 270M for the
@@ -20,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.artifact import Artifact
+from benchmark.data import CLIENT_ID
 from benchmark.evaluation.base import EvalContext, Metric, MetricNotApplicable
+from benchmark.evaluation.client_counts import verdict_counts
 from benchmark.evaluation.downstream import model_device
 from benchmark.evaluation.judges import (
     GENERATOR_JUDGES,
@@ -84,7 +89,7 @@ class WinRate(Metric):
         greedy = SamplingParams(max_new_tokens=self.max_new_tokens, temperature=0.0)
         return policy.generate(prompts, greedy)
 
-    def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, float]:
+    def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, Any]:
         records = [
             r
             for r in ctx.split.records(self.test_part)
@@ -105,10 +110,13 @@ class WinRate(Metric):
         judge = make_judge(self.judge_spec, judge_generator(self.judge_spec, ctx.profile), ctx.seed)
         self.record(**{f"judge_{k}": v for k, v in judge.settings().items()})
         verdicts = judge.compare(prompts, answers, references)
-        result = {
+        ids = [str(r[CLIENT_ID]) for r in records]
+        counts = verdict_counts(ids, [ids[i] for i in order], verdicts, "win_rate")
+        result: dict[str, Any] = {
             "win_rate": float(verdicts.mean()),
             "ties": float((verdicts == 0.5).sum()),
             "n": float(len(verdicts)),
+            "per_client": {self.test_part: counts.to_json()},
         }
         if isinstance(judge, VerdictJudge):
             result["parse_failures"] = float(judge.parse_failures)
