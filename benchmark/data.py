@@ -21,6 +21,7 @@ LABEL = "label"
 STRONG = "strong"  # a training client's capability flag (paper 001), in each of its rows
 SOURCE_ID = "source_id"
 PRIVATE_PARTS = ("train", "validation", "test")
+HELD_OUT = ("validation", "test")  # scored, never trained on: per-client detail may be published
 PARTS = (*PRIVATE_PARTS, "public")
 
 

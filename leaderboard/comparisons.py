@@ -161,9 +161,11 @@ class _Arms:
         return Estimate(interval, SEEDS_ONLY)
 
     def alone(self, row: Row) -> Interval | None:
-        """The row's own interval over test clients and seeds; None without its hits."""
+        """The row's own interval over test clients and seeds; None without its hits or
+        with one seed (which says nothing of the seeds' variance: no interval, as over
+        seeds)."""
         boot = self.boot([row])
-        if boot is None:
+        if boot is None or self.arm(row)[1].seeds < 2:
             return None
         name, hits = self.arm(row)
         return boot.interval(hits.point(), boot.replicates_of(name, hits))
@@ -190,10 +192,12 @@ def cell_intervals(rows: Sequence[Row], metric: str) -> dict[tuple[str, float], 
 
 def client_difference(row: Row, ref: Row, metric: str) -> Interval | None:
     """``row − ref`` paired over test clients and seeds, or None unless both entries kept
-    per-client hits of ``metric`` for the same clients."""
+    per-client hits of ``metric`` for the same clients over at least two seeds each."""
     arms = _Arms(metric)
     boot = arms.boot([row, ref])
-    return None if boot is None else boot.difference(arms.arm(row), arms.arm(ref))
+    if boot is None or min(arms.arm(r)[1].seeds for r in (row, ref)) < 2:
+        return None
+    return boot.difference(arms.arm(row), arms.arm(ref))
 
 
 def compare(rows: Sequence[Row], metric: str, roles: dict[str, str]) -> Comparisons:

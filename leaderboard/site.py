@@ -204,7 +204,6 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
 
     body = []
     for row in sorted(rows, key=rank):
-        summary = row.entry["metrics"].get(metric)
         gap = table.gap.get((row.method, row.epsilon_budget))
         key = (row.method, row.epsilon_budget)
         best = table.best.get(row.epsilon_budget) == row.method
@@ -214,7 +213,7 @@ def _headline_table(split: str, rows: Sequence[Row], metric: str, links: dict[st
             + _method_cell(row, key in table.few_seeds)
             + _eps_cell(row.epsilon_budget)
             + (
-                _num(summary["mean"], format_table_cell(table, key))
+                _num(table.cells[key].mean, format_table_cell(table, key))
                 if key in table.cells
                 else _num(None, "")
             )
@@ -539,8 +538,9 @@ def _overview(views: Sequence[TrackView]) -> str:
         "<h2>Tracks</h2><table class='tracks'>"
         f"<thead><tr>{cols}</tr></thead><tbody>{''.join(body)}</tbody></table>"
         "<p>Best ranked: the highest mean among method rows with at least "
-        f"{MIN_RANKED_SEEDS} seeds and an audit within ε, ± the 95% t-interval half-width "
-        "over seeds. Each track's page has its full table, paired intervals and audits.</p>"
+        f"{MIN_RANKED_SEEDS} seeds and an audit within ε, ± the 95% interval half-width "
+        "(over test clients and seeds where the entry kept per-client hits, else over seeds)."
+        " Each track's page has its full table, paired intervals and audits.</p>"
     )
 
 

@@ -1,4 +1,5 @@
-"""Paper-style tables: methods × ε for one metric, mean ± 95 % CI over seeds, gap closed, and
+"""Paper-style tables: methods × ε for one metric, mean ± 95 % CI (over test clients and
+seeds where an entry kept per-client hits, else over seeds), gap closed, and
 the best *ranked* method per column in bold (bounds and controls are shown, never ranked;
 a method's cell is ranked only with at least :data:`MIN_RANKED_SEEDS` seeds). Below each
 next-token table, every row's paired bootstrap intervals over test clients and seeds
@@ -337,7 +338,7 @@ def format_table_cell(table: Table, key: tuple[str, float]) -> str:
     """A cell as its table shows it: :func:`format_cell`, marked ``*`` when its interval is
     over seeds only beside cells whose intervals count test clients too."""
     cell = table.cells[key]
-    mixed = len({c.basis for c in table.cells.values()}) > 1
+    mixed = len({c.basis for c in table.cells.values() if c.ci_half is not None}) > 1
     seeds_only = mixed and cell.basis == SEEDS_ONLY and cell.ci_half is not None
     return format_cell(cell) + (" *" if seeds_only else "")
 
@@ -383,7 +384,7 @@ def render_text(table: Table, bold: tuple[str, str] = ("\033[1m", "\033[0m")) ->
 def interval_note(table: Table) -> str:
     """What the cells' intervals resample: test clients and seeds where the entries kept
     per-client hits, else seeds only (marked where a table has both)."""
-    bases = {cell.basis for cell in table.cells.values()}
+    bases = {cell.basis for cell in table.cells.values() if cell.ci_half is not None}
     if bases == {CLIENTS_AND_SEEDS}:
         return "mean ± 95% CI half-width over test clients and n seeds"
     if CLIENTS_AND_SEEDS in bases:

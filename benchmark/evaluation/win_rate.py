@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.artifact import Artifact
-from benchmark.data import CLIENT_ID
+from benchmark.data import CLIENT_ID, HELD_OUT
 from benchmark.evaluation.base import EvalContext, Metric, MetricNotApplicable
 from benchmark.evaluation.client_counts import verdict_counts
 from benchmark.evaluation.downstream import model_device
@@ -110,14 +110,15 @@ class WinRate(Metric):
         judge = make_judge(self.judge_spec, judge_generator(self.judge_spec, ctx.profile), ctx.seed)
         self.record(**{f"judge_{k}": v for k, v in judge.settings().items()})
         verdicts = judge.compare(prompts, answers, references)
-        ids = [str(r[CLIENT_ID]) for r in records]
-        counts = verdict_counts(ids, [ids[i] for i in order], verdicts, "win_rate")
         result: dict[str, Any] = {
             "win_rate": float(verdicts.mean()),
             "ties": float((verdicts == 0.5).sum()),
             "n": float(len(verdicts)),
-            "per_client": {self.test_part: counts.to_json()},
         }
+        if self.test_part in HELD_OUT:  # never per-tuple detail of the train part
+            ids = [str(r[CLIENT_ID]) for r in records]
+            counts = verdict_counts(ids, [ids[i] for i in order], verdicts, "win_rate")
+            result["per_client"] = {self.test_part: counts.to_json()}
         if isinstance(judge, VerdictJudge):
             result["parse_failures"] = float(judge.parse_failures)
         return result

@@ -64,7 +64,8 @@ def show(
     epsilon: float | None,
     as_json: bool,
 ) -> None:
-    """Print methods × ε tables like the papers': mean ± 95% CI over seeds, gap closed, the
+    """Print methods × ε tables like the papers': mean ± 95% CI (over test clients and
+    seeds where entries kept per-client hits, else over seeds), gap closed, the
     best ranked method per column in bold (bounds and controls are marked, not ranked).
     With no --version and no --dataset: every track's headline table, each under a line
     saying what it measures, its split and its privacy unit."""
