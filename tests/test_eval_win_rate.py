@@ -228,6 +228,9 @@ def test_win_rate_metric_end_to_end(profile, server_factory, tmp_path):
     }
     out = evaluate(Artifact("model", model_dir=str(tmp_path / "released")), ctx, [spec])
     # the reference always says "good" and the tiny model never does: the judge picks it
+    counts = out["metrics"]["win_rate"].pop("per_client")["test"]
+    # per client (6 tuples of 2 clients), 2 tokens a judged tuple and no win anywhere
+    assert sum(counts["tokens"]) == 12 and counts["win_rate_hits"] == [0, 0]
     assert out["metrics"]["win_rate"] == {
         "win_rate": 0.0,
         "ties": 0.0,
