@@ -186,6 +186,10 @@ def test_without_a_schedule_the_page_cache_tells_which_files_client_code_read(tm
     assert sorted(result.artifact.texts) == sorted(read)
 
 
+# The page cache is the machine's: beside another test worker this failed in 2 of 3 fresh-clone
+# CI runs of session 40 (all 8 read files in the fastest half), and passed alone. Run serially
+# until the cause is found (issue note of stop 56): a neighbour's I/O, or a gap in the pass.
+@pytest.mark.alone
 def test_on_the_schedule_the_page_cache_tells_nothing(tmp_path):
     """On the public schedule every file the method process may read is resident before
     it starts and again after each call (``page_cache.keep_resident``): its first reads
@@ -197,6 +201,7 @@ def test_on_the_schedule_the_page_cache_tells_nothing(tmp_path):
     assert len(set(result.artifact.texts) & set(read)) <= 6  # 7 or 8 by chance: 1 in 198
 
 
+@pytest.mark.alone  # the page cache is the machine's (see above)
 def test_on_the_schedule_what_client_code_evicts_is_resident_again(tmp_path):
     """The read set is resident when the call starts; client code evicts half of 16 files
     (any reader may): after the call, before the method process runs, the pass brings
