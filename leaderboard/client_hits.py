@@ -45,6 +45,11 @@ PER_CLIENT_SCHEMA: dict[str, Any] = {
 }
 
 
+def _scores(counts: dict[str, Any]) -> list[str]:
+    """The hits fields (``<score>_hits``) one part's counts keep."""
+    return sorted(k for k in counts if k.endswith(HITS_SUFFIX))
+
+
 def _part_of_seeds(label: str, part: str, records: Sequence[dict[str, Any]]) -> dict | None:
     """One part's counts over the seeds, or None when a seed lacks them, the seeds scored
     different clients or another score, or a sum misses a seed's published score."""
@@ -57,11 +62,9 @@ def _part_of_seeds(label: str, part: str, records: Sequence[dict[str, Any]]) -> 
             return None
         found.append(counts[part])
     first = found[0]
-    scores = sorted(k for k in first if k.endswith(HITS_SUFFIX))
+    scores = _scores(first)
     if not scores or any(
-        (c["clients_sha256"], sorted(k for k in c if k.endswith(HITS_SUFFIX)))
-        != (first["clients_sha256"], scores)
-        for c in found
+        (c["clients_sha256"], _scores(c)) != (first["clients_sha256"], scores) for c in found
     ):
         return None
     tokens = [list(c["tokens"]) for c in found]

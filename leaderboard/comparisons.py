@@ -165,10 +165,12 @@ class _Arms:
         with one seed (which says nothing of the seeds' variance: no interval, as over
         seeds)."""
         boot = self.boot([row])
-        if boot is None or self.arm(row)[1].seeds < 2:
+        if boot is None:
             return None
         name, hits = self.arm(row)
-        return boot.interval(hits.point(), boot.replicates_of(name, hits))
+        return (
+            None if hits.seeds < 2 else boot.interval(hits.point(), boot.replicates_of(name, hits))
+        )
 
     def gap(self, row: Row, low: Row | None, high: Row | None) -> Estimate | None:
         """Paired gap closed; None without both bounds' and the row's per-client hits."""
@@ -195,9 +197,10 @@ def client_difference(row: Row, ref: Row, metric: str) -> Interval | None:
     per-client hits of ``metric`` for the same clients over at least two seeds each."""
     arms = _Arms(metric)
     boot = arms.boot([row, ref])
-    if boot is None or min(arms.arm(r)[1].seeds for r in (row, ref)) < 2:
+    if boot is None:
         return None
-    return boot.difference(arms.arm(row), arms.arm(ref))
+    a, b = arms.arm(row), arms.arm(ref)
+    return None if min(a[1].seeds, b[1].seeds) < 2 else boot.difference(a, b)
 
 
 def compare(rows: Sequence[Row], metric: str, roles: dict[str, str]) -> Comparisons:

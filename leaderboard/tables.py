@@ -137,6 +137,10 @@ class Table:
     names: dict[str, str] = field(default_factory=dict)  # shown method → its entry's name
     apart: set[str] = field(default_factory=set)  # rows under another privacy unit
 
+    def interval_bases(self) -> set[str]:
+        """What the cells' intervals resample (cells without an interval say nothing)."""
+        return {c.basis for c in self.cells.values() if c.ci_half is not None}
+
     def ranked(self, method: str, eps: float) -> bool:
         """Whether the cell competes for best: a method row, under the table's unit, with
         enough seeds and no refuting audit."""
@@ -338,7 +342,7 @@ def format_table_cell(table: Table, key: tuple[str, float]) -> str:
     """A cell as its table shows it: :func:`format_cell`, marked ``*`` when its interval is
     over seeds only beside cells whose intervals count test clients too."""
     cell = table.cells[key]
-    mixed = len({c.basis for c in table.cells.values() if c.ci_half is not None}) > 1
+    mixed = len(table.interval_bases()) > 1
     seeds_only = mixed and cell.basis == SEEDS_ONLY and cell.ci_half is not None
     return format_cell(cell) + (" *" if seeds_only else "")
 
@@ -384,7 +388,7 @@ def render_text(table: Table, bold: tuple[str, str] = ("\033[1m", "\033[0m")) ->
 def interval_note(table: Table) -> str:
     """What the cells' intervals resample: test clients and seeds where the entries kept
     per-client hits, else seeds only (marked where a table has both)."""
-    bases = {cell.basis for cell in table.cells.values() if cell.ci_half is not None}
+    bases = table.interval_bases()
     if bases == {CLIENTS_AND_SEEDS}:
         return "mean ± 95% CI half-width over test clients and n seeds"
     if CLIENTS_AND_SEEDS in bases:

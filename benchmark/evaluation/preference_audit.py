@@ -126,9 +126,9 @@ class RewardAccuracy(_PolicyMetric):
     def compute(self, artifact: Artifact, ctx: EvalContext) -> dict[str, Any]:
         m = self.margins(artifact, ctx, "test")
         accuracy = np.where(m > 0, 1.0, np.where(m == 0, 0.5, 0.0))
+        # the seeded shuffle of every tuple, whose first len(m) are the ones scored
         every = [cid for cid, _ in preference_tuples(ctx, "test", None)]
-        scored = [cid for cid, _ in preference_tuples(ctx, "test", self.n)]
-        counts = verdict_counts(every, scored, accuracy, "accuracy")
+        counts = verdict_counts(every, every[: len(m)], accuracy, "accuracy")
         return {
             "accuracy": float(accuracy.mean()),
             "n": float(len(m)),
