@@ -27,7 +27,7 @@ import pytest
 from doubles import StubProfile, make_split
 from host_facts import cpu_and_caches
 
-from benchmark.isolation import page_cache
+from benchmark.isolation import coordinator, page_cache
 from benchmark.isolation.containment import signal_tree
 from benchmark.isolation.sandbox import landlock_abi, seccomp_available
 from benchmark.privacy.errors import PrivacyError
@@ -166,6 +166,13 @@ def _cold_files() -> list[str]:
     return files
 
 
+def left_open(result) -> str:
+    """What the run's record says stayed open on the schedule: a failure's message, which
+    tells a leak through a locked read set from one the host could not lock (``"page cache
+    order"``: see the note above the scheduled tests)."""
+    return f"open on the schedule: {result.record['privacy']['open_on_schedule']}"
+
+
 def _halves(files: list[str]) -> tuple[list[str], list[str]]:
     """One file of each pair of neighbours in size (by a seeded coin) for client code to
     read, and the rest: each half spans the sizes, and neither is every other file in the
@@ -187,8 +194,11 @@ def test_without_a_schedule_the_page_cache_tells_which_files_client_code_read(tm
 
 
 # The page cache is the machine's: beside another test worker this failed in 2 of 3 fresh-clone
-# CI runs of session 40 (all 8 read files in the fastest half), and passed alone. Run serially
-# until the cause is found (issue note of stop 56): a neighbour's I/O, or a gap in the pass.
+# CI runs of session 40 (all 8 read files in the fastest half), and passed alone. The read set
+# is locked only where its 7.1 GB leave 6 GB available (``page_cache.pin_margin``): with 7 GB
+# held by another process the run here recorded "page cache order" open (2026-11-30). Unlocked,
+# the pages client code did not read are the first a neighbour's memory pressure evicts: the
+# likeliest cause, not reproduced (5 of 8 under a 4 GB churn). ``left_open`` says which.
 @pytest.mark.alone
 def test_on_the_schedule_the_page_cache_tells_nothing(tmp_path):
     """On the public schedule every file the method process may read is resident before
@@ -198,7 +208,8 @@ def test_on_the_schedule_the_page_cache_tells_nothing(tmp_path):
     files = _cold_files()
     read, _ = _halves(files)
     result = go(tmp_path, scheduled("adv_page_cache", {"files": files, "read": read}))
-    assert len(set(result.artifact.texts) & set(read)) <= 6  # 7 or 8 by chance: 1 in 198
+    told = len(set(result.artifact.texts) & set(read))
+    assert told <= 6, left_open(result)  # 7 or 8 by chance: 1 in 198
 
 
 @pytest.mark.alone  # the page cache is the machine's (see above)
@@ -211,7 +222,7 @@ def test_on_the_schedule_what_client_code_evicts_is_resident_again(tmp_path):
     evicted, kept = _halves(files)
     result = go(tmp_path, scheduled("adv_evictions", {"files": files, "read": evicted}))
     assert len(result.artifact.texts) == 8
-    assert len(set(result.artifact.texts) & set(kept)) <= 6
+    assert len(set(result.artifact.texts) & set(kept)) <= 6, left_open(result)
 
 
 def lookups_told(runs, names=None) -> int:
@@ -244,8 +255,6 @@ def test_on_the_schedule_lookups_of_missing_names_do_not_tell_which_client_code_
 def test_without_dropping_them_lookups_of_missing_names_tell_which_client_code_made(
     tmp_path, monkeypatch
 ):
-    from benchmark.isolation import coordinator
-
     monkeypatch.setattr(coordinator, "forget_lookups", lambda **_: False)
     assert lookups_told(tmp_path) >= 48
 
@@ -279,8 +288,6 @@ def test_on_the_schedule_lookups_in_directories_outside_the_read_set_tell_nothin
 @needs_root
 @pytest.mark.slow  # the channel, shown open where only the entries are dropped (and cold)
 def test_dropping_only_the_entries_leaves_the_directories_blocks_telling(tmp_path, monkeypatch):
-    from benchmark.isolation import coordinator
-
     monkeypatch.setattr(coordinator, "forget_lookups", lambda **_: page_cache.forget_lookups())
     assert directory_blocks_told(tmp_path, cold=True) >= 24
 
@@ -373,7 +380,6 @@ def test_a_method_that_fails_to_start_on_the_schedule_lets_the_host_go(tmp_path)
     """The host's schedule lock and the locked read set are let go where the method
     process fails before its first answer: the next run on the schedule in this process
     starts (before, it was refused as "already open")."""
-    from benchmark.isolation import coordinator
 
     with pytest.raises(Exception):  # noqa: B017 (whatever the method process reports)
         go(tmp_path / "a", scheduled("adv_fails_to_start", {}))
