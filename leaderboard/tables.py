@@ -352,9 +352,14 @@ def format_share(share: float) -> str:
     return f"{round(100 * share) + 0:.0f}%"
 
 
-def render_text(table: Table, bold: tuple[str, str] = ("\033[1m", "\033[0m")) -> str:
+BOLD = ("\033[1m", "\033[0m")  # a terminal's bold: invisible, so no part of a column's width
+BEST = ("", " [best]")  # piped output's mark: a word, never the seeds-only intervals' ``*``
+
+
+def render_text(table: Table, bold: tuple[str, str] = BOLD) -> str:
     """A fixed-width table: mean ± 95 % CI half-width (n seeds) and gap closed per cell;
-    ``bold`` wraps the best ranked method of each ε column."""
+    ``bold`` wraps the best ranked method of each ε column (:data:`BOLD` on a terminal,
+    else :data:`BEST`)."""
     header = ["method", "role"] + [f"ε={format_epsilon(e)}" for e in table.epsilons]
     lines = []
     for method in table.methods:
@@ -376,7 +381,7 @@ def render_text(table: Table, bold: tuple[str, str] = ("\033[1m", "\033[0m")) ->
             cells.append(text)
         lines.append(cells)
     out = [f"{table.split} — {metric_label(table.metric)} ({columns_note(table)})"]
-    out += _aligned([header, *lines], bold)
+    out += _aligned([header, *lines])
     out += [  # a reference row's meaning (a suite's own rows are described by its track)
         f"  {m}: {role_label(table, m)}"
         for m in table.methods
@@ -412,8 +417,8 @@ def columns_note(table: Table) -> str:
     return "; ".join(parts)
 
 
-def _aligned(rows: list[list[str]], bold: tuple[str, str] = ("", "")) -> list[str]:
-    visible = [[_strip(c, bold) for c in row] for row in rows]
+def _aligned(rows: list[list[str]]) -> list[str]:
+    visible = [[c.replace(BOLD[0], "").replace(BOLD[1], "") for c in row] for row in rows]
     widths = [max(len(r[i]) for r in visible) for i in range(len(rows[0]))]
     return [
         "  ".join(c + " " * (w - len(v)) for c, v, w in zip(raw, vis, widths, strict=True))
@@ -484,7 +489,3 @@ def render_comparisons(table: Table) -> list[str]:
             text += " over seeds only * (test sampling not counted)"
         out.append(text)
     return out
-
-
-def _strip(text: str, bold: tuple[str, str]) -> str:
-    return text.replace(bold[0], "").replace(bold[1], "") if bold[0] else text

@@ -22,6 +22,7 @@ from leaderboard.comparisons import CLIENTS_AND_SEEDS, SEEDS_ONLY, client_differ
 from leaderboard.store import MANIFESTS_DIR, VERSION_FILE, Row, labelled, rows_by_version
 from leaderboard.suites import Suite
 from leaderboard.tables import (
+    BEST,
     build_table,
     format_epsilon,
     headline_metrics,
@@ -263,7 +264,7 @@ def render_tracks(
     views: Sequence[TrackView],
     metric: str | None = None,
     epsilon: float | None = None,
-    bold: tuple[str, str] = ("*", "*"),
+    bold: tuple[str, str] = BEST,
 ) -> str:
     """Every track's headline table, and its co-headline tables (the preference track's
     reward accuracy), under its one-line description (``leaderboard show`` with no version

@@ -29,7 +29,7 @@ from leaderboard.store import (
     write_version,
 )
 from leaderboard.store_index import update_index
-from leaderboard.tables import build_table, format_cell, metric_label, render_text
+from leaderboard.tables import BEST, build_table, format_cell, metric_label, render_text
 from leaderboard.verify import verify_tree
 
 METRIC = "toy.score"
@@ -217,9 +217,9 @@ def test_unreadable_entry_is_refused(tmp_path):
 def test_table_and_cli_show(store):
     table = build_table(query(store), "toy", METRIC)
     assert table.epsilons == [1.0, 4.0]
-    text = render_text(table, ("*", "*"))
+    text = render_text(table, BEST)
     # mean ± 95% t-interval half-width over the 3 seeds (0.50, 0.51, 0.52): 4.303 * 0.01 / √3
-    assert "*0.5100 ± 0.0248 (n=3)*" in text and "*0.6100 ± 0.0248 (n=3)*" in text
+    assert "0.5100 ± 0.0248 (n=3) [best]" in text and "0.6100 ± 0.0248 (n=3) [best]" in text
     assert table.roles == {"test_noisy_rounds": "method"}
     result = CliRunner().invoke(
         cli, ["leaderboard", "show", "--results", str(store), "--metric", METRIC, "--json"]
@@ -278,7 +278,7 @@ def test_gap_closed_uses_each_stores_own_bounds_else_the_published_ones():
     assert table.roles["public_only"] == "bound" and table.roles["oracle"] == "control"
     assert table.best == {1.0: "popri (yours)"}  # controls and bounds are never ranked
     assert table.methods[:2] == ["nonprivate", "nonprivate (yours)"]
-    text = render_text(table, ("*", "*"))
+    text = render_text(table, BEST)
     assert "gap 50%" in text and "gap 20%" in text and "gap 100%" not in text  # bounds: no gap
     assert "gap 0%" in text and "-0%" not in text
 

@@ -13,7 +13,7 @@ from leaderboard.client_hits import client_hits_of, entry_client_hits
 from leaderboard.comparisons import CLIENTS_AND_SEEDS, SEEDS_ONLY
 from leaderboard.schema import validate_entry
 from leaderboard.store import Row, labelled
-from leaderboard.tables import build_table, render_text
+from leaderboard.tables import BEST, build_table, render_text
 
 METRIC = "next_token.top1"
 CLIENTS = 400
@@ -88,7 +88,7 @@ def test_a_cell_is_ranked_only_with_three_seeds():
     table = build_table(rows(), "toy", METRIC)
     assert table.few_seeds == {("pe_sft", 1.0)}
     assert table.best == {1.0: "popri"}  # pe_sft's 0.40 is shown, not ranked
-    text = render_text(table, ("*", "*"))
+    text = render_text(table, BEST)
     assert "[unranked: < 3 seeds]" in text and "1 (unranked)" in text
     assert "generator_only: control: the generator from public prompts" in text
     assert "public_only: bound: ε = 0 anchor" in text
@@ -127,6 +127,11 @@ def test_a_cells_interval_counts_its_test_clients_as_well_as_its_seeds():
     assert mixed.cells["popri", 1.0].basis == SEEDS_ONLY
     popri_line = next(line for line in render_text(mixed).splitlines() if "popri" in line)
     assert " * (n=3)" in popri_line and "(* over seeds only)" in render_text(mixed)
+    # piped, the best cell is marked by a word, and the columns still line up
+    header, *lines = render_text(mixed, BEST).splitlines()[1:4]
+    column = header.index("ε=1")
+    assert [line[column - 2 : column] for line in lines] == ["  ", "  "]
+    assert lines[1].rstrip().endswith("0.3058 ± 0.0000 * (n=3) [best]")
 
 
 def test_entries_without_hits_fall_back_to_seed_intervals_marked():

@@ -70,9 +70,9 @@ def show(
     With no --version and no --dataset: every track's headline table, each under a line
     saying what it measures, its split and its privacy unit."""
     from leaderboard.store import query_with
-    from leaderboard.tables import build_table, headline_metrics, render_text
+    from leaderboard.tables import BEST, BOLD, build_table, headline_metrics, render_text
 
-    bold = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("*", "*")
+    bold = BOLD if sys.stdout.isatty() else BEST
     if version is None and dataset is None and not as_json:
         from leaderboard.tracks import grouped_rows, render_tracks, track_views
 

@@ -106,7 +106,7 @@ def quickstart(
     from leaderboard.catalog import get_suite
     from leaderboard.site import write_site
     from leaderboard.store import query_with
-    from leaderboard.tables import build_table, headline_metrics, render_text
+    from leaderboard.tables import BEST, build_table, headline_metrics, render_text
 
     suite = get_suite(suite_name)
     expected = f"; {suite.expected_duration}" if suite.expected_duration else ""
@@ -118,7 +118,7 @@ def quickstart(
     rows = query_with(Path(published), yours, version=version)
     for split in sorted({r.split for r in rows}):
         for metric in headline_metrics(rows, split):
-            click.echo(render_text(build_table(rows, split, metric), ("*", "*")))
+            click.echo(render_text(build_table(rows, split, metric), BEST))
     index = write_site(Path(published), Path(site_dir), shown=version, others=yours)
     click.echo(f"site: {index}")
     click.echo(f"quickstart finished in {time.perf_counter() - began:.0f} s")
