@@ -67,7 +67,10 @@ def read_entry(path: Path) -> dict[str, Any]:
         entry = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise EntryError(f"{path}: not valid JSON: {exc}") from exc
-    validate_entry(entry)
+    try:
+        validate_entry(entry)
+    except EntryError as exc:
+        raise EntryError(f"{path}: {exc}") from exc
     if integrity_digest(entry) != entry["integrity"]:
         raise EntryError(
             f"{path}: integrity digest mismatch: the entry was edited after it was written"

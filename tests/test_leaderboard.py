@@ -207,11 +207,16 @@ def test_verify_checks_manifest_hash(store):
     assert "manifest hash different" in reason
 
 
-def test_unreadable_entry_is_refused(tmp_path):
-    path = tmp_path / "entry.json"
+def test_unreadable_entry_is_refused(tmp_path, store):
+    path = tmp_path / "lb-0123456789" / "toy" / "entry.json"
+    path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"schema_version": 1}))
     with pytest.raises(EntryError, match="schema"):
         read_entry(path)
+    # beside the published store (--mine): its file and what is wrong, not a traceback
+    args = ["leaderboard", "show", "--results", str(store), "--mine", str(tmp_path)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1 and f"Error: {path}: schema:" in result.output
 
 
 def test_table_and_cli_show(store):

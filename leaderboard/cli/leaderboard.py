@@ -35,7 +35,20 @@ VERSION = click.option(
 )
 
 
-@click.group("leaderboard")
+class _EntryErrorsAsMessages(click.Group):
+    """A store's unreadable entry (yours, or a downloaded one) is reported as its file and
+    what is wrong with it, not as a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from leaderboard.schema import EntryError
+
+        try:
+            return super().invoke(ctx)
+        except EntryError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@click.group("leaderboard", cls=_EntryErrorsAsMessages)
 def leaderboard_group() -> None:
     """Browse, verify and publish the versioned leaderboard (results/ is the source of truth)."""
 
