@@ -168,9 +168,9 @@ class _Arms:
         if boot is None:
             return None
         name, hits = self.arm(row)
-        return (
-            None if hits.seeds < 2 else boot.interval(hits.point(), boot.replicates_of(name, hits))
-        )
+        if hits.seeds < 2:
+            return None
+        return boot.interval(hits.point(), boot.replicates_of(name, hits))
 
     def gap(self, row: Row, low: Row | None, high: Row | None) -> Estimate | None:
         """Paired gap closed; None without both bounds' and the row's per-client hits."""

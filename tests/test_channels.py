@@ -380,7 +380,6 @@ def test_a_method_that_fails_to_start_on_the_schedule_lets_the_host_go(tmp_path)
     """The host's schedule lock and the locked read set are let go where the method
     process fails before its first answer: the next run on the schedule in this process
     starts (before, it was refused as "already open")."""
-
     with pytest.raises(Exception):  # noqa: B017 (whatever the method process reports)
         go(tmp_path / "a", scheduled("adv_fails_to_start", {}))
     assert not coordinator._holding_host
