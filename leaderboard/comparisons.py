@@ -12,10 +12,11 @@ each with a paired bootstrap 95 % interval over test clients and seeds
 has them (a user's full suite run), else from the primary store, as gap closed does.
 
 Rows are paired only when both entries kept per-client hits for the same test clients (the
-hash of the client-id list). Otherwise the comparison falls back to a Welch t-interval over
-the seeds' values (``basis`` = :data:`SEEDS_ONLY`), which omits test sampling and is shown
-marked as such (NaN bounds where there is no seed variance either); gap closed then has no
-interval.
+hash of the client-id list) over at least two seeds each. Otherwise the comparison falls
+back to a Welch t-interval over the seeds' values (``basis`` = :data:`SEEDS_ONLY`), which
+omits test sampling and is shown marked as such; gap closed then has no interval. A row with
+one seed gets no interval anywhere (NaN bounds: its seeds' variance is unknown), whether or
+not it kept hits.
 """
 
 from __future__ import annotations
@@ -133,10 +134,16 @@ class _Arms:
         return client_hits_of(row.entry, self.metric)
 
     def boot(self, rows: Sequence[Row]) -> PairedBootstrap | None:
-        """The bootstrap all ``rows`` can be paired in, or None when one has no hits or
-        they scored different clients."""
+        """The bootstrap all ``rows`` can be paired in, or None when one has no hits, has
+        one seed, or they scored different clients.
+
+        One seed says nothing of the seeds' variance, so its row gets no interval here, as
+        it gets none over seeds: a client-only interval would leave out the part that
+        dominates a DP release's uncertainty and read narrower than it is."""
         found = [self.hits(r) for r in rows]
-        if any(f is None for f in found) or len({f[0] for f in found}) != 1:  # type: ignore[index]
+        if any(f is None or f[1].seeds < 2 for f in found):
+            return None
+        if len({f[0] for f in found}) != 1:  # type: ignore[index]
             return None
         digest, hits = found[0]  # type: ignore[misc]
         if digest not in self._boots:
@@ -161,15 +168,12 @@ class _Arms:
         return Estimate(interval, SEEDS_ONLY)
 
     def alone(self, row: Row) -> Interval | None:
-        """The row's own interval over test clients and seeds; None without its hits or
-        with one seed (which says nothing of the seeds' variance: no interval, as over
-        seeds)."""
+        """The row's own interval over test clients and seeds; None where :meth:`boot` has
+        none."""
         boot = self.boot([row])
         if boot is None:
             return None
         name, hits = self.arm(row)
-        if hits.seeds < 2:
-            return None
         return boot.interval(hits.point(), boot.replicates_of(name, hits))
 
     def gap(self, row: Row, low: Row | None, high: Row | None) -> Estimate | None:
@@ -197,10 +201,7 @@ def client_difference(row: Row, ref: Row, metric: str) -> Interval | None:
     per-client hits of ``metric`` for the same clients over at least two seeds each."""
     arms = _Arms(metric)
     boot = arms.boot([row, ref])
-    if boot is None:
-        return None
-    a, b = arms.arm(row), arms.arm(ref)
-    return None if min(a[1].seeds, b[1].seeds) < 2 else boot.difference(a, b)
+    return None if boot is None else boot.difference(arms.arm(row), arms.arm(ref))
 
 
 def compare(rows: Sequence[Row], metric: str, roles: dict[str, str]) -> Comparisons:
@@ -234,7 +235,7 @@ def compare(rows: Sequence[Row], metric: str, roles: dict[str, str]) -> Comparis
 
 
 def _point_only(point: float) -> Interval:
-    """A difference without an interval (one seed and no per-client hits): NaN bounds."""
+    """A difference without an interval (a row with one seed): NaN bounds."""
     return Interval(point, math.nan, math.nan, math.nan, 0.95)
 
 

@@ -22,6 +22,7 @@ from leaderboard.directions import lower_is_better
 from leaderboard.entries import audit_exceeds_epsilon
 from leaderboard.store import MANIFESTS_DIR, Row
 from leaderboard.tables import (
+    MARKS_OF_DIFFERENCES,
     MIN_RANKED_SEEDS,
     ROLE_ORDER,
     ROW_LABELS,
@@ -258,8 +259,7 @@ def _separation_note(table: Table) -> str:
         return ""
     note = (
         "Paired intervals: the test clients are resampled once per bootstrap replicate for "
-        "both rows of a difference, the seeds per row. * marks an entry without per-client "
-        "hits: a Welch t-interval over its seeds only, test sampling not counted."
+        f"both rows of a difference, the seeds per row. {MARKS_OF_DIFFERENCES}."
     )
     sep = table.comparisons.separation
     if sep is not None:

@@ -432,6 +432,12 @@ def role_label(table: Table, method: str) -> str:
     return f"{table.roles[method]}: {ROW_LABELS[table.names.get(method, method)]}"
 
 
+MARKS_OF_DIFFERENCES = (
+    "* = not both rows kept per-client hits over ≥ 2 seeds: a Welch t over seeds only, test "
+    "sampling not counted; no CI = a row with one seed, or seeds that agree"
+)
+
+
 def format_interval(estimate: Estimate | None, share: bool = False) -> str:
     """``+0.0021 [-0.0010, +0.0052]`` (gap closed in percent), ``*`` when over seeds only."""
     if estimate is None:
@@ -439,7 +445,7 @@ def format_interval(estimate: Estimate | None, share: bool = False) -> str:
     i = estimate.interval
     if math.isnan(i.low):
         text = format_share(i.point) if share else f"{i.point:+.4f}"
-        return text + " [no CI: one seed] *"
+        return text + " [no CI]" + ("" if estimate.basis == CLIENTS_AND_SEEDS else " *")
     if share:
         text = f"{format_share(i.point)} [{format_share(i.low)}, {format_share(i.high)}]"
     else:
@@ -469,8 +475,7 @@ def render_comparisons(table: Table) -> list[str]:
     out = [
         "",
         "differences, paired 95% bootstrap CIs over test clients and seeds "
-        "(the same resampled clients for both rows; * = entry without per-client hits: "
-        "Welch t over seeds only, test sampling not counted)",
+        f"(the same resampled clients for both rows; {MARKS_OF_DIFFERENCES})",
     ]
     if lines:
         out += _aligned([header, *lines])

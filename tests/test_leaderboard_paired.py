@@ -10,7 +10,7 @@ import pytest
 
 from benchmark.evaluation.stats import summarize
 from leaderboard.client_hits import client_hits_of, entry_client_hits
-from leaderboard.comparisons import CLIENTS_AND_SEEDS, SEEDS_ONLY
+from leaderboard.comparisons import CLIENTS_AND_SEEDS, SEEDS_ONLY, client_difference
 from leaderboard.schema import validate_entry
 from leaderboard.store import Row, labelled
 from leaderboard.tables import BEST, build_table, render_text
@@ -107,6 +107,22 @@ def test_a_cell_is_ranked_only_with_three_seeds():
     json.dumps(as_json)  # serialisable
 
 
+def test_a_row_with_one_seed_gets_no_interval_though_it_kept_hits():
+    # its seeds' variance is unknown: a client-only interval would read narrower than it is
+    table = build_table(rows(), "toy", METRIC)
+    one = table.comparisons.cells["pe_sft", 1.0]
+    assert table.cells["pe_sft", 1.0].ci_half is None
+    assert one.vs_public.interval.point == pytest.approx(
+        table.cells["pe_sft", 1.0].mean - table.cells["public_only", 0.0].mean
+    )
+    assert math.isnan(one.vs_public.interval.low) and math.isnan(one.vs_generator.interval.low)
+    assert one.gap is None
+    public, pe_sft = rows()[0], rows()[5]
+    assert client_difference(pe_sft, public, METRIC) is None  # a track's contrasts: the same
+    line = [x for x in render_text(table, BEST).splitlines() if x.startswith("pe_sft ")][-1]
+    assert line.count("[no CI] *") == 2
+
+
 def test_a_cells_interval_counts_its_test_clients_as_well_as_its_seeds():
     # seeds that agree exactly: the t-interval over seeds is ± 0, yet 400 test clients
     # of differing difficulty leave the mean uncertain
@@ -144,10 +160,11 @@ def test_entries_without_hits_fall_back_to_seed_intervals_marked():
     assert "over seeds only *" in text
     popri_line = [line for line in text.splitlines() if line.startswith("popri ")][-1]
     assert popri_line.count(" *") == 2  # both differences marked as seed-only
+    assert popri_line.count("[no CI]") == 2  # these seeds agree, and there are no hits
     # one seed against a public start without seed variance: a difference, no interval
     same = hits_for(0.30, 1, np.random.default_rng(1)) * 3
     flat = [without_hits(row("public_only", 0.0, hits=same, role="bound")), old[-1]]
-    assert "[no CI: one seed] *" in render_text(build_table(flat, "toy", METRIC), ("", ""))
+    assert "[no CI] *" in render_text(build_table(flat, "toy", METRIC), ("", ""))
     # another client list (another split build): not paired either
     mixed = rows()
     mixed[4] = row("popri", 1.0, 0.31, role="method", seed=5, digest="b" * 64)
