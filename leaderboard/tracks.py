@@ -191,7 +191,7 @@ class Contrast:
     epsilon: float  # the minuend's budget
     difference: float
     ci_half: float | None  # 95 % (None: one seed and no per-client hits)
-    seeds: int
+    seeds: tuple[int, int]  # the minuend's and the subtrahend's (paired by seed: both shared)
     basis: str = SEEDS_ONLY  # CLIENTS_AND_SEEDS: both rows kept per-tuple hits
 
 
@@ -221,11 +221,11 @@ def contrasts(suite: Suite, rows: Sequence[Row], metric: str) -> list[Contrast]:
             resampled = client_difference(row, reference, metric)
             if resampled is not None:
                 half = (resampled.high - resampled.low) / 2
-                seeds, basis, point = min(len(a), len(b)), CLIENTS_AND_SEEDS, resampled.point
+                seeds, basis, point = (len(a), len(b)), CLIENTS_AND_SEEDS, resampled.point
             else:
                 paired = summarize([a[s] - b[s] for s in shared])
                 half = None if paired.ci_high is None else (paired.ci_high - paired.ci_low) / 2
-                seeds, basis, point = paired.n, SEEDS_ONLY, paired.mean
+                seeds, basis, point = (paired.n, paired.n), SEEDS_ONLY, paired.mean
             found.append(Contrast(name, minuend, subtrahend, eps, point, half, seeds, basis))
     return found
 
@@ -238,10 +238,14 @@ def _per_seed(entry: dict[str, Any], metric: str) -> dict[int, float]:
 def format_contrast(c: Contrast) -> str:
     ci = f" ± {c.ci_half:.4f}" if c.ci_half is not None else " (one seed: no CI)"
     difference = round(c.difference, 4) + 0.0  # no "-0.0000" for a float's rounding error
+    first, second = c.seeds
+    seeds = (
+        f"{first} and {second} seeds" if first != second else f"{first} seed" + "s" * (first > 1)
+    )
     how = (
-        f"paired 95% bootstrap over test clients and {c.seeds} seeds"
+        f"paired 95% bootstrap over test clients and {seeds}"
         if c.basis == CLIENTS_AND_SEEDS
-        else f"paired by seed, 95% t over {c.seeds} seeds"
+        else f"paired by seed, 95% t over {seeds}"
     )
     return (
         f"{c.name} at ε={format_epsilon(c.epsilon)}: {c.minuend} − {c.subtrahend} = "

@@ -193,7 +193,8 @@ def test_stage_one_effect_is_a_difference_paired_by_seed():
     assert effect.ci_half == pytest.approx(4.3027 * 0.01 / math.sqrt(3), rel=1e-3)
     b.entry["spec"] = {"seeds": [1]}  # only the seeds both rows have are paired
     (one,) = contrasts(SUITES["paper001"], [a, b], metric)
-    assert one.seeds == 1 and one.ci_half is None
+    assert one.seeds == (1, 1) and one.ci_half is None
+    assert "(paired by seed, 95% t over 1 seed)" in format_contrast(one)
 
 
 def test_preference_policies_are_paired_by_seed_with_the_base_model_at_each_budget():
@@ -255,6 +256,11 @@ def test_a_preference_contrast_resamples_the_test_tuples_where_verdicts_were_kep
     assert c.basis == CLIENTS_AND_SEEDS and c.difference == pytest.approx(np.mean(better - base))
     assert c.ci_half > 0.01  # the tuples' spread, which seeds alone would call ± 0
     assert "paired 95% bootstrap over test clients and 3 seeds" in format_contrast(c)
+    # a reference with fewer seeds: the text gives each row's count, not the smaller one
+    rows[0] = verdict_row("base_model", 0.0, [base] * 2, "bound")
+    (c,) = [c for c in contrasts(SUITES["prefs"], rows, "win_rate.win_rate") if c.epsilon == 1.0]
+    assert c.seeds == (3, 2) and "over test clients and 3 and 2 seeds" in format_contrast(c)
+    rows[0] = verdict_row("base_model", 0.0, [base] * 3, "bound")
     for row in rows:
         del row.entry["per_client"]
     (c,) = [c for c in contrasts(SUITES["prefs"], rows, "win_rate.win_rate") if c.epsilon == 1.0]
