@@ -329,11 +329,7 @@ def _plot(split: str, rows: Sequence[Row], metric: str) -> str:
             )
             roles[row.method] = role_of(row)
     finite = sorted({e for pts in points.values() for e, _ in pts if 0 < e < math.inf})
-    spans = [
-        (c.mean - (c.ci_half or 0), c.mean + (c.ci_half or 0))
-        for pts in points.values()
-        for _, c in pts
-    ]
+    spans = [c.ci or (c.mean, c.mean) for pts in points.values() for _, c in pts]
     if not spans or not finite:
         return ""
     w, h, pad, left = 560, 320, 40, 60
@@ -374,7 +370,7 @@ def _plot(split: str, rows: Sequence[Row], metric: str) -> str:
                 parts.append(f'<circle cx="{x(e):.1f}" cy="{y(c.mean):.1f}" r="3" fill="{color}"/>')
                 if c.ci_half:
                     parts.append(
-                        f'<line class="errorbar" x1="{x(e):.1f}" x2="{x(e):.1f}" y1="{y(c.mean - c.ci_half):.1f}" y2="{y(c.mean + c.ci_half):.1f}" stroke="{color}"/>'
+                        f'<line class="errorbar" x1="{x(e):.1f}" x2="{x(e):.1f}" y1="{y(c.ci[0]):.1f}" y2="{y(c.ci[1]):.1f}" stroke="{color}"/>'
                     )
         role = "" if roles[method] == "method" else f" ({roles[method]})"
         ly = pad + 16 * i

@@ -12,6 +12,11 @@ One index for the whole store (``<store>/_signed_index.json``), not one per lead
 version: a deleted version directory would take its own index with it, and one file is one
 signature to check and one diff to review.
 
+Each index carries a sequence number, one more than the index it replaced. A copy of the
+store made before a later publish (a mirror, an old clone) is self-consistent and signed;
+only its sequence can show it is older than one this machine has already verified
+(:mod:`leaderboard.index_freshness`).
+
 The publish path updates it (:func:`update_index`): it adds or replaces only the files it
 has just written and drops the ones it removed, keeping the rest as signed, so a routine
 publish never vouches for a file it did not write (an edit made elsewhere in the store stays
@@ -26,8 +31,8 @@ import fcntl
 import json
 import os
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -70,10 +75,17 @@ def _name(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
-def read_index(root: Path, keys: dict[str, Ed25519PublicKey]) -> dict[str, str]:
-    """Path (relative to ``root``) → digest, once the index's signature verifies with one of
-    ``keys`` that may sign an index (:func:`~leaderboard.signing.index_signers`);
-    :class:`EntryError` when it is missing, malformed or not so signed."""
+@dataclass(frozen=True)
+class SignedIndex:
+    files: dict[str, str]  # path relative to the store → content digest
+    sequence: int  # one more than the index it replaced (0: from before sequences)
+    signer: str  # the key id that signed it
+
+
+def read_index(root: Path, keys: dict[str, Ed25519PublicKey]) -> SignedIndex:
+    """The store's index, once its signature verifies with one of ``keys`` that may sign
+    an index (:func:`~leaderboard.signing.index_signers`); :class:`EntryError` when it is
+    missing, malformed or not so signed."""
     path = root / INDEX_FILE
     if not path.exists():
         raise EntryError(
@@ -89,10 +101,22 @@ def read_index(root: Path, keys: dict[str, Ed25519PublicKey]) -> dict[str, str]:
         body = verified_body(signed, signers)
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise EntryError(f"malformed: {exc}") from exc
-    files = body.get("files")
+    files, sequence = body.get("files"), body.get("sequence", 0)
     if body.get("kind") != KIND or not isinstance(files, dict):
         raise EntryError(f"not a {KIND!r}")
-    return files
+    if not isinstance(sequence, int) or isinstance(sequence, bool) or sequence < 0:
+        raise EntryError(f"malformed: sequence {sequence!r}")
+    return SignedIndex(files, sequence, kid)
+
+
+def next_sequence(root: Path) -> int:
+    """The sequence a new index of ``root`` gets: one more than the present index's, read
+    without checking its signature (a forged number can only make the next one larger)."""
+    try:
+        sequence = json.loads((root / INDEX_FILE).read_text()).get("sequence", 0)
+    except (OSError, ValueError, AttributeError):
+        return 1
+    return sequence + 1 if isinstance(sequence, int) and sequence >= 0 else 1
 
 
 _NOT_A_SIGNER = (
@@ -102,13 +126,14 @@ _NOT_A_SIGNER = (
 
 
 def write_index(root: Path, files: dict[str, str], key: Ed25519PrivateKey) -> Path:
-    """Sign and write the index; :class:`EntryError` when ``key`` may not sign this store's
-    index (it would never verify)."""
+    """Sign and write the index, numbered after the one it replaces; :class:`EntryError`
+    when ``key`` may not sign this store's index (it would never verify)."""
     public = key.public_key()
     if not index_signers({key_id(public): public}, root):
         raise EntryError(_NOT_A_SIGNER.format(kid=key_id(public)))
     path = root / INDEX_FILE
-    signed = sign_entry({"kind": KIND, "files": dict(sorted(files.items()))}, key)
+    body = {"kind": KIND, "files": dict(sorted(files.items())), "sequence": next_sequence(root)}
+    signed = sign_entry(body, key)
     atomic_write(path, json.dumps(signed, indent=1, sort_keys=True) + "\n")
     return path
 
@@ -117,7 +142,7 @@ def check_index(root: Path, keys: dict[str, Ed25519PublicKey]) -> list[tuple[Pat
     """(path, problem) for the index itself, every covered file it does not list or lists
     with another digest, and every listed file that is gone."""
     try:
-        listed = read_index(root, keys)
+        listed = read_index(root, keys).files
     except EntryError as exc:
         return [(root / INDEX_FILE, f"signed index: {exc}")]
     problems = []
@@ -164,7 +189,7 @@ def update_index(
     an error, never silently replaced; so is ``key`` when it may not sign this store's
     index (:func:`write_index`)."""
     with _locked(root):
-        files: dict[str, Any] = read_index(root, keys) if (root / INDEX_FILE).exists() else {}
+        files = read_index(root, keys).files if (root / INDEX_FILE).exists() else {}
         for path in removed:
             files.pop(_name(root, path), None)
         for path in written:

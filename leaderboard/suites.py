@@ -243,7 +243,7 @@ def signed_records(
     in the store stops the suite, whoever re-signed it), and returned without its
     signature, as the run wrote it."""
     indexed = (results_root / INDEX_FILE).exists()
-    listed = read_index(results_root, keys) if indexed else {}
+    listed = read_index(results_root, keys).files if indexed else {}
     records = {}
     for signed in stored_records(results_root, lb_version, split_name):
         body = verified_body(signed, keys)

@@ -113,10 +113,24 @@ def role_of(row: Row) -> str:
 @dataclass(frozen=True)
 class Cell:
     mean: float
-    ci_half: float | None  # half-width of the 95 % interval (None: one seed, no hits)
+    ci: tuple[float, float] | None  # the 95 % interval's ends (None: one seed, no hits)
     n: int
     integer: bool = False  # every seed's value is a whole number (epochs, counts)
     basis: str = SEEDS_ONLY  # what the interval resamples (CLIENTS_AND_SEEDS: hits kept)
+
+    @property
+    def ci_half(self) -> float | None:
+        return None if self.ci is None else (self.ci[1] - self.ci[0]) / 2
+
+    @property
+    def symmetric(self) -> bool:
+        """Whether ``mean ± half-width`` states the interval: its two sides differ by at
+        most a tenth of the half-width (a bootstrap's percentile interval need not be
+        centred on the mean; a t-interval is)."""
+        if self.ci is None:
+            return True
+        below, above = self.mean - self.ci[0], self.ci[1] - self.mean
+        return abs(above - below) <= 0.1 * (above + below) / 2
 
 
 @dataclass
@@ -179,6 +193,7 @@ class Table:
                         f"eps={fmt(e)}": {
                             "mean": self.cells[m, e].mean,
                             "ci95_half_width": self.cells[m, e].ci_half,
+                            "ci95": self.cells[m, e].ci,
                             "ci95_basis": self.cells[m, e].basis,
                             "seeds": self.cells[m, e].n,
                             "gap_closed": self.gap.get((m, e)),
@@ -209,10 +224,10 @@ def format_epsilon(eps: float) -> str:
 
 def cell_of(summary: dict) -> Cell:
     low, high = summary.get("ci_low"), summary.get("ci_high")
-    half = None if low is None or high is None else (high - low) / 2
+    ci = None if low is None or high is None else (low, high)
     values = summary.get("values") or [summary["mean"]]
     integer = all(float(v).is_integer() for v in values)
-    return Cell(summary["mean"], half, int(summary.get("n", 1)), integer)
+    return Cell(summary["mean"], ci, int(summary.get("n", 1)), integer)
 
 
 def anchors_by_store(rows: Sequence[Row], metric: str) -> dict[str, tuple[float, float]]:
@@ -300,8 +315,8 @@ def build_table(
     placed = [r for r in rows if r.method not in elsewhere]
     cells = {(r.method, r.epsilon_budget): cell_of(summary_of(r.entry, metric)) for r in rows}
     for key, interval in cell_intervals(rows, metric).items():
-        half = (interval.high - interval.low) / 2
-        cells[key] = replace(cells[key], ci_half=half, basis=CLIENTS_AND_SEEDS)
+        ends = (interval.low, interval.high)
+        cells[key] = replace(cells[key], ci=ends, basis=CLIENTS_AND_SEEDS)
     roles = {r.method: role_of(r) for r in rows}
     epsilons = sorted({e for _, e in cells})
     place = {m: i for i, m in enumerate(order)}
@@ -331,11 +346,17 @@ def build_table(
 
 
 def format_cell(cell: Cell, digits: int = 4) -> str:
-    """``mean ± half-width``; whole-number quantities (epochs, counts) without decimals."""
+    """``mean ± half-width``, or ``mean +above/-below`` where the interval is not centred
+    on the mean; whole-number quantities (epochs, counts) without decimals."""
     if cell.integer:
         digits = 0 if float(cell.mean).is_integer() and not cell.ci_half else 1
     text = f"{cell.mean:,.{digits}f}" if cell.integer else f"{cell.mean:.{digits}f}"
-    return text + (f" ± {cell.ci_half:.{digits}f}" if cell.ci_half is not None else "")
+    if cell.ci is None:
+        return text
+    if cell.symmetric:
+        return text + f" ± {cell.ci_half:.{digits}f}"
+    low, high = cell.ci
+    return text + f" +{high - cell.mean:.{digits}f}/-{cell.mean - low:.{digits}f}"
 
 
 def format_table_cell(table: Table, key: tuple[str, float]) -> str:
@@ -395,10 +416,14 @@ def interval_note(table: Table) -> str:
     per-client hits, else seeds only (marked where a table has both)."""
     bases = table.interval_bases()
     if bases == {CLIENTS_AND_SEEDS}:
-        return "mean ± 95% CI half-width over test clients and n seeds"
-    if CLIENTS_AND_SEEDS in bases:
-        return "mean ± 95% CI half-width over test clients and n seeds (* over seeds only)"
-    return "mean ± 95% CI half-width over n seeds"
+        note = "mean ± 95% CI half-width over test clients and n seeds"
+    elif CLIENTS_AND_SEEDS in bases:
+        note = "mean ± 95% CI half-width over test clients and n seeds (* over seeds only)"
+    else:
+        note = "mean ± 95% CI half-width over n seeds"
+    if not all(c.symmetric for c in table.cells.values()):
+        note += ", +above/-below where the interval is not centred on the mean"
+    return note
 
 
 def columns_note(table: Table) -> str:

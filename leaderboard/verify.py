@@ -23,6 +23,7 @@ from leaderboard.entries import (
     publication_refusal,
     version_of,
 )
+from leaderboard.index_freshness import remember_index, stale_index
 from leaderboard.schema import EntryError
 from leaderboard.selection import check_report
 from leaderboard.signing import accepted_keys, check_signature, verified_body
@@ -145,13 +146,17 @@ def verify_tree(
     trusted: Collection[str] | None = None,
     trust_host: bool = False,
     index: bool = True,
+    seen: Path | None = None,
 ) -> list[tuple[Path, str]]:
     """(path, problem) for every entry, kept run record, tuning report, version definition,
     keyring file or signed-index discrepancy under ``root``; empty when all pass. Signatures
     count only by an accepted key (:func:`leaderboard.signing.accepted_keys`: the
     repository's key list, or ``trusted``, plus this host's with ``trust_host``); entries
     may be unsigned with ``allow_unsigned``, which also accepts a store without a signed
-    index (nothing anchors it then). ``index=False`` skips the index (to rebuild it)."""
+    index (nothing anchors it then). ``index=False`` skips the index (to rebuild it).
+    With ``seen`` (this machine's memory of verified indexes,
+    :mod:`leaderboard.index_freshness`), an index older than one verified before is a
+    problem too, and a store that passes is remembered."""
     problems = [
         (root / v, f"withdrawn: {why}") for v, why in WITHDRAWN.items() if (root / v).exists()
     ]
@@ -195,6 +200,10 @@ def verify_tree(
             problems.append((path, str(exc)))
     if index and not (allow_unsigned and not (root / INDEX_FILE).exists()):
         problems += check_index(root, keys)
+    if index and seen is not None:
+        problems += stale_index(root, keys, seen)
+        if not problems:
+            remember_index(root, keys, seen)
     return problems
 
 
@@ -237,7 +246,7 @@ def index_store(
         return {}, problems
     keys, _ = accepted_keys(root, trust_host=True)
     try:
-        old = read_index(root, keys) if (root / INDEX_FILE).exists() else {}
+        old = read_index(root, keys).files if (root / INDEX_FILE).exists() else {}
     except EntryError:
         old = {}  # an index no accepted key signed: replaced whole, every file shows as added
     files = {path.relative_to(root).as_posix(): path for path in indexed_files(root)}

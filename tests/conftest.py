@@ -28,6 +28,8 @@ os.environ["HF_HOME"] = os.path.join(_SESSION_DIR, "huggingface")
 os.environ["FEDSYNTH_CACHE"] = os.path.join(_SESSION_DIR, "fedsynth")
 # entries are signed with a throw-away key, never the host's ~/.config/fedsynth one
 os.environ["FEDSYNTH_SIGNING_KEY"] = os.path.join(_SESSION_DIR, "signing-key.pem")
+# and the indexes this machine verified are remembered there too, not in ~/.config
+os.environ["FEDSYNTH_VERIFIED_INDEXES"] = os.path.join(_SESSION_DIR, "verified_indexes.json")
 
 
 def pytest_collection_modifyitems(items):

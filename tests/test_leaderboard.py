@@ -532,3 +532,17 @@ def test_each_split_leads_with_its_own_headline_metric(tmp_path):
     assert "gap closed" not in head and "public_only" not in head
     forced = write_site(root, tmp_path / "forced", "next_token_like.top1").read_text()
     assert "win rate vs test chosen" not in forced
+
+
+def test_an_interval_not_centred_on_its_mean_prints_both_sides():
+    skewed = summary_row("p", 1.0, [0.2, 0.25, 0.3], "method", METRIC)
+    skewed.entry["metrics"][METRIC].update(ci_low=0.20, ci_high=0.35)  # a bootstrap's ends
+    table = build_table([skewed], "toy", METRIC)
+    assert format_cell(table.cells["p", 1.0]) == "0.2500 +0.1000/-0.0500"
+    assert "+above/-below where the interval is not centred" in render_text(table, BEST)
+    assert table.to_json()["rows"][0]["eps=1"]["ci95"] == (0.20, 0.35)
+    # sides within a tenth of the half-width: ± states it
+    skewed.entry["metrics"][METRIC].update(ci_low=0.20, ci_high=0.305)
+    table = build_table([skewed], "toy", METRIC)
+    assert format_cell(table.cells["p", 1.0]) == "0.2500 ± 0.0525"
+    assert "not centred" not in render_text(table, BEST)

@@ -100,7 +100,7 @@ def test_signed_entries_verify_and_the_keyring_is_in_the_store(store):
     result = verify_cli(store, "--trust-host")
     assert result.exit_code == 0, result.output
     assert f"all 2 entries verified (signatures: {host_id(store)} ×2)" in result.output
-    assert f"signed index: 3 files, as listed, signed by {host_id(store)}" in result.output
+    assert f"signed index #1: 3 files, as listed, signed by {host_id(store)}" in result.output
 
 
 def test_an_edited_split_manifest_is_detected(store):

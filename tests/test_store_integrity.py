@@ -3,6 +3,7 @@ each adversary of ``tests/adversaries.py`` that tampers with a results store is 
 `leaderboard verify`, and by the publish path where it would build on the tampered file."""
 
 import json
+import shutil
 
 import adversaries
 import pytest
@@ -224,6 +225,50 @@ def test_only_the_named_maintainer_keys_may_sign_the_index(store, key, monkeypat
     monkeypatch.setattr(signing, "REPOSITORY_STORE", store.parent / "elsewhere")
     update_index(store, submitter, keys)  # not the published store: the reader's keys
     assert verify_tree(store, HASHES, trusted=list(keys)) == []
+
+
+def test_an_older_copy_of_the_store_is_told_stale_once_a_newer_one_was_verified(
+    store, key, tmp_path, monkeypatch
+):
+    """A mirror that stopped before a later publish is self-consistent and signed: only
+    the index's sequence, against the newest this machine verified, tells it is stale."""
+    seen, mirror, clone = tmp_path / "seen.json", tmp_path / "mirror", tmp_path / "clone"
+    shutil.copytree(store, mirror)
+    shutil.copytree(store, clone)
+    assert problems(store, seen=seen) == []  # index #1, remembered
+    path = adversaries.delete_entry(store, "public_only")
+    update_index(store, key, keys_of(key), removed=[path])  # a later publish: #2
+    assert problems(store, seen=seen) == []
+    [(name, reason)] = problems(mirror, seen=seen)
+    assert name == "_signed_index.json" and "stale: sequence 1, older than" in reason
+    assert problems(mirror) == []  # --allow-older: checked as before, and not remembered
+    assert json.loads(seen.read_text()).popitem()[1]["sequence"] == 2
+    # another index under the newest number: a fork, refused too
+    update_index(mirror, key, keys_of(key))
+    [(name, reason)] = problems(mirror, seen=seen)
+    assert "forked: another index under sequence 2" in reason
+    # the CLI remembers what it verified, and says how to check an old copy on purpose
+    monkeypatch.setenv("FEDSYNTH_VERIFIED_INDEXES", str(tmp_path / "cli.json"))
+    for root, options, code in ((store, [], 0), (clone, [], 1), (clone, ["--allow-older"], 0)):
+        command = ["leaderboard", "verify", "--results", str(root), "--trust-host", *options]
+        result = CliRunner().invoke(cli, command)
+        assert result.exit_code == code, result.output
+    assert "stale: sequence 1" in CliRunner().invoke(cli, command[:-1]).output
+
+
+def test_indexes_from_before_sequences_are_never_called_forks(store, key, tmp_path):
+    """Every index signed before sequences existed reads as 0: an older one is not a fork
+    of a newer one, though both are 0."""
+    seen, older = tmp_path / "seen.json", tmp_path / "older"
+    index = store / "_signed_index.json"
+    listing = json.loads(index.read_text())["files"]
+    adversaries._rewrite(index, {"kind": "fedsynth store index v1", "files": listing}, key)
+    shutil.copytree(store, older)
+    path = adversaries.delete_entry(store, "public_only")
+    listing.pop(path.relative_to(store).as_posix())
+    adversaries._rewrite(index, {"kind": "fedsynth store index v1", "files": listing}, key)
+    assert problems(store, seen=seen) == []
+    assert problems(older, seen=seen) == []
 
 
 @pytest.mark.parametrize("value", ["zz", 7])

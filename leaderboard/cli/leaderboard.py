@@ -185,15 +185,27 @@ def serve(site_dir: str, port: int) -> None:
     help="Also accept this host's own key ($FEDSYNTH_SIGNING_KEY, else "
     "~/.config/fedsynth/signing-key.pem): for your own runs, e.g. in my-results.",
 )
+@click.option(
+    "--allow-older",
+    is_flag=True,
+    help="Check a copy whose signed index is older than one this machine verified before "
+    "(an old clone, on purpose), without refusing it for that or remembering it.",
+)
 def verify(
-    results_dir: str, allow_unsigned: bool, trusted: tuple[str, ...], trust_host: bool
+    results_dir: str,
+    allow_unsigned: bool,
+    trusted: tuple[str, ...],
+    trust_host: bool,
+    allow_older: bool,
 ) -> None:
     """Check every entry: schema, integrity digest, place, ε recomputed from its ledgers,
     canary audit within ε, split hash, a signature by an accepted key, its kept records;
-    and the store's signed index (nothing deleted, added or edited since it was signed);
-    see docs/architecture.md, "Record integrity"."""
+    and the store's signed index (nothing deleted, added or edited since it was signed, and
+    not older than one this machine verified before); see docs/architecture.md, "Record
+    integrity"."""
     from collections import Counter
 
+    from leaderboard.index_freshness import seen_path
     from leaderboard.signing import SigningKeyError
     from leaderboard.store import entry_files, manifest_hashes, read_entry
     from leaderboard.store_index import INDEX_FILE
@@ -207,6 +219,7 @@ def verify(
             allow_unsigned=allow_unsigned,
             trusted=trusted or None,
             trust_host=trust_host,
+            seen=None if allow_older else seen_path(),
         )
     except SigningKeyError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -224,7 +237,8 @@ def verify(
     if index.exists():
         signed = json.loads(index.read_text())
         listed, kid = len(signed["files"]), signed["signature"]["key_id"]
-        click.echo(f"signed index: {listed} files, as listed, signed by {kid}")
+        number = signed.get("sequence", 0)
+        click.echo(f"signed index #{number}: {listed} files, as listed, signed by {kid}")
     if signers["UNSIGNED"]:
         click.echo(f"{signers['UNSIGNED']} unsigned entries accepted by --allow-unsigned", err=True)
 
