@@ -192,7 +192,7 @@ class EvalContext:
         )
         if has_tokenizer:
             return model, AutoTokenizer.from_pretrained(model_dir)
-        return model, self.profile.generator().tokenizer
+        return model, self.profile.scoring_generator().tokenizer
 
     def tokenizer_for(self, artifact: Artifact) -> Any | None:
         """The harness-built tokenizer a released model names (None: the on-device one)."""

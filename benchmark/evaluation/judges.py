@@ -319,7 +319,8 @@ GENERATOR_JUDGES = ("loglik", "pmi", "llm")
 
 def judge_generator(spec: dict[str, Any], profile: ModelProfile) -> Generator | None:
     """The language model a log-probability judge reads: ``spec["lm"]`` (a name in
-    :data:`benchmark.profiles.cpu.JUDGE_LMS`) when given, else ``profile``'s generator;
+    :data:`benchmark.profiles.cpu.JUDGE_LMS`) when given, else ``profile``'s generator as
+    scored (its transformers copy where it samples with vLLM: no engine for a judge);
     None for the judges that read none."""
     if spec.get("type", "loglik") not in GENERATOR_JUDGES:
         return None
@@ -327,7 +328,7 @@ def judge_generator(spec: dict[str, Any], profile: ModelProfile) -> Generator | 
         from benchmark.profiles.cpu import judge_lm
 
         return judge_lm(str(spec["lm"]))
-    return profile.generator()
+    return profile.scoring_generator()
 
 
 def judge_loads(spec: dict[str, Any]) -> str:

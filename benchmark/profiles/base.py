@@ -135,6 +135,12 @@ class ModelProfile(ABC):
     @abstractmethod
     def generator(self) -> Generator: ...
 
+    def scoring_generator(self) -> Generator:
+        """The generator's weights for log-probabilities only (a judge reads them, never
+        samples). Default: the generator; a profile that samples with an engine (vLLM)
+        gives its transformers copy, so scoring starts no engine."""
+        return self.generator()
+
     @abstractmethod
     def embedder(self) -> Embedder: ...
 

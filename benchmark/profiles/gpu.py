@@ -133,6 +133,10 @@ class GpuProfile(CpuProfile):
     def _span_generator(self) -> HFGenerator:
         return self._hf
 
+    def scoring_generator(self) -> HFGenerator:
+        """The copy vLLM's generator scores with: a judge starts no engine."""
+        return self._hf
+
     def preference_policy(self) -> HFGenerator:
         """Trained (SFT, DPO) and scored, never sampled in bulk: transformers only (as on
         ``paper``), so the coordinator's DP fine-tuning builds no engine."""

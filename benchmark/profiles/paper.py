@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -110,13 +110,14 @@ class PaperProfile(ModelProfile):
         model = from_hub(AutoModelForCausalLM.from_pretrained, model_id, revision, dtype=dtype)
         return HFGenerator(model, tokenizer, model_id, batch_size=16, device=device)
 
-    def _sampler(self, model_id: str) -> Generator:
-        """``model_id`` as a generator: vLLM for sampling where it runs, else transformers."""
+    def _sampler(self, model_id: str, transformers: Callable[[], HFGenerator]) -> Generator:
+        """``model_id`` as a generator: vLLM for sampling where it runs (training and
+        scoring ``transformers``, its copy), else that copy."""
         if not use_vllm():
             backend = sampling_backend()
             if backend != "transformers":
                 warnings.warn(f"paper profile: {model_id} sampled by {backend}", stacklevel=2)
-            return self._hf_generator(model_id)
+            return transformers()
         from benchmark.profiles.vllm_generator import VLLMGenerator, vllm_engine
 
         m = self.models
@@ -128,15 +129,22 @@ class PaperProfile(ModelProfile):
             max_model_len=positions,
             max_lora_rank=m.vllm_max_lora_rank,
         )
-        return VLLMGenerator(llm, model_id, lambda: self._hf_generator(model_id), positions)
+        return VLLMGenerator(llm, model_id, transformers, positions)
+
+    @cached_property
+    def _generator_copy(self) -> HFGenerator:
+        """The generator in transformers, loaded once: what its vLLM generator trains and
+        scores with, and what a judge scores with."""
+        return self._hf_generator(self.models.generator)
 
     @cached_property
     def _generator(self) -> Generator:
-        return self._sampler(self.models.generator)
+        return self._sampler(self.models.generator, lambda: self._generator_copy)
 
     @cached_property
     def _preference_generator(self) -> Generator:
-        return self._sampler(self.models.preference_generator)
+        model_id = self.models.preference_generator
+        return self._sampler(model_id, lambda: self._hf_generator(model_id))
 
     @cached_property
     def _preference_policy(self) -> HFGenerator:
@@ -194,6 +202,10 @@ class PaperProfile(ModelProfile):
 
     def generator(self) -> Generator:
         return self._generator
+
+    def scoring_generator(self) -> HFGenerator:
+        """The generator's transformers copy: a judge starts no engine."""
+        return self._generator_copy
 
     def embedder(self) -> SentenceTransformerEmbedder:
         return self._embedder
