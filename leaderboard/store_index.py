@@ -79,7 +79,6 @@ def _name(root: Path, path: Path) -> str:
 class SignedIndex:
     files: dict[str, str]  # path relative to the store → content digest
     sequence: int  # one more than the index it replaced (0: from before sequences)
-    signer: str  # the key id that signed it
 
 
 def read_index(root: Path, keys: dict[str, Ed25519PublicKey]) -> SignedIndex:
@@ -106,7 +105,7 @@ def read_index(root: Path, keys: dict[str, Ed25519PublicKey]) -> SignedIndex:
         raise EntryError(f"not a {KIND!r}")
     if not isinstance(sequence, int) or isinstance(sequence, bool) or sequence < 0:
         raise EntryError(f"malformed: sequence {sequence!r}")
-    return SignedIndex(files, sequence, kid)
+    return SignedIndex(files, sequence)
 
 
 def next_sequence(root: Path) -> int:
