@@ -3,11 +3,11 @@
 A copy of a store made before a later publish (a mirror that stopped syncing, an old clone)
 passes every other check: its files are as its index lists them and its index is signed.
 Only the index's sequence number can show it is stale, and only against one seen before.
-``fedsynth leaderboard verify`` remembers the highest sequence it verified for each set of
-keys that may sign a store's index (the published store's maintainers; for another store,
-the keys its reader accepts) and refuses a lower one, and another index under the same
-number (a fork; not for indexes from before sequences, which all read 0), as TUF clients
-refuse a rolled-back snapshot. The memory is this
+``fedsynth leaderboard verify`` remembers the highest sequence it verified for each store
+(the id its index carries, which every copy keeps) under the keys that may sign its index
+(the published store's maintainers; for another store, the keys its reader accepts), and
+refuses a lower one, and another index under the same number (a fork), as TUF clients
+refuse a rolled-back snapshot. Indexes from before store ids are not compared. The memory is this
 machine's: a machine whose first check is of the stale copy has nothing to compare it with.
 """
 
@@ -46,18 +46,22 @@ def _seen(path: Path) -> dict[str, Any]:
 
 
 def _verified(root: Path, keys: dict[str, Ed25519PublicKey]) -> tuple[str, SignedIndex, str]:
-    """The store's signer set (its memory's key), its index, and the index's digest."""
+    """The store's memory key (its id and signer set), its index, and the index's digest;
+    :class:`EntryError` when the index does not verify or carries no store id."""
     index = read_index(root, keys)
+    if index.store is None:
+        raise EntryError("an index from before store ids")
     signers = ",".join(sorted(index_signers(keys, root)))
-    return signers, index, content_digest(json.loads((root / INDEX_FILE).read_text()))
+    digest = content_digest(json.loads((root / INDEX_FILE).read_text()))
+    return f"{index.store} {signers}", index, digest
 
 
 def stale_index(
     root: Path, keys: dict[str, Ed25519PublicKey], seen: Path
 ) -> list[tuple[Path, str]]:
     """(index, problem) when ``root``'s index is older than, or forks, the one this machine
-    verified last for the same signers; nothing when it has none (the index's own problems
-    are :func:`~leaderboard.store_index.check_index`'s)."""
+    verified last of the same store and signers; nothing when it has none (the index's own
+    problems are :func:`~leaderboard.store_index.check_index`'s)."""
     try:
         signers, index, digest = _verified(root, keys)
     except EntryError:
@@ -71,7 +75,7 @@ def stale_index(
             f"stale: sequence {index.sequence}, older than the index this machine {when} "
             f"(sequence {last['sequence']}): a copy of the store from before a later publish"
         )
-    elif index.sequence == last.get("sequence") != 0 and digest != last.get("digest"):
+    elif index.sequence == last.get("sequence") and digest != last.get("digest"):
         why = f"forked: another index under sequence {index.sequence} was {when}"
     else:
         return []

@@ -12,9 +12,10 @@ One index for the whole store (``<store>/_signed_index.json``), not one per lead
 version: a deleted version directory would take its own index with it, and one file is one
 signature to check and one diff to review.
 
-Each index carries a sequence number, one more than the index it replaced. A copy of the
-store made before a later publish (a mirror, an old clone) is self-consistent and signed;
-only its sequence can show it is older than one this machine has already verified
+Each index carries the store's id (minted by its first index, kept by every copy) and a
+sequence number, one more than the index it replaced. A copy of the store made before a
+later publish (a mirror, an old clone) is self-consistent and signed; only its sequence can
+show it is older than one of the same store this machine has already verified
 (:mod:`leaderboard.index_freshness`).
 
 The publish path updates it (:func:`update_index`): it adds or replaces only the files it
@@ -30,6 +31,7 @@ import contextlib
 import fcntl
 import json
 import os
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,6 +81,7 @@ def _name(root: Path, path: Path) -> str:
 class SignedIndex:
     files: dict[str, str]  # path relative to the store → content digest
     sequence: int  # one more than the index it replaced (0: from before sequences)
+    store: str | None  # the store's id, kept by every copy (None: from before ids)
 
 
 def read_index(root: Path, keys: dict[str, Ed25519PublicKey]) -> SignedIndex:
@@ -100,22 +103,28 @@ def read_index(root: Path, keys: dict[str, Ed25519PublicKey]) -> SignedIndex:
         body = verified_body(signed, signers)
     except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise EntryError(f"malformed: {exc}") from exc
-    files, sequence = body.get("files"), body.get("sequence", 0)
+    files, sequence, store = body.get("files"), body.get("sequence", 0), body.get("store")
     if body.get("kind") != KIND or not isinstance(files, dict):
         raise EntryError(f"not a {KIND!r}")
     if not isinstance(sequence, int) or isinstance(sequence, bool) or sequence < 0:
         raise EntryError(f"malformed: sequence {sequence!r}")
-    return SignedIndex(files, sequence)
+    if store is not None and not isinstance(store, str):
+        raise EntryError(f"malformed: store {store!r}")
+    return SignedIndex(files, sequence, store)
 
 
-def next_sequence(root: Path) -> int:
-    """The sequence a new index of ``root`` gets: one more than the present index's, read
-    without checking its signature (a forged number can only make the next one larger)."""
+def _carried(root: Path) -> tuple[int, str]:
+    """The sequence and store id a new index of ``root`` gets: one more than the present
+    index's, and its id (a new one for a store without), read without checking its
+    signature (a forged number can only make the next one larger)."""
     try:
-        sequence = json.loads((root / INDEX_FILE).read_text()).get("sequence", 0)
+        old = json.loads((root / INDEX_FILE).read_text())
+        sequence, store = old.get("sequence", 0), old.get("store")
     except (OSError, ValueError, AttributeError):
-        return 1
-    return sequence + 1 if isinstance(sequence, int) and sequence >= 0 else 1
+        sequence, store = 0, None
+    if not isinstance(sequence, int) or sequence < 0:
+        sequence = 0
+    return sequence + 1, store if isinstance(store, str) else uuid.uuid4().hex
 
 
 _NOT_A_SIGNER = (
@@ -131,8 +140,9 @@ def write_index(root: Path, files: dict[str, str], key: Ed25519PrivateKey) -> Pa
     if not index_signers({key_id(public): public}, root):
         raise EntryError(_NOT_A_SIGNER.format(kid=key_id(public)))
     path = root / INDEX_FILE
-    body = {"kind": KIND, "files": dict(sorted(files.items())), "sequence": next_sequence(root)}
-    signed = sign_entry(body, key)
+    sequence, store = _carried(root)
+    body = {"kind": KIND, "files": dict(sorted(files.items())), "sequence": sequence}
+    signed = sign_entry({**body, "store": store}, key)
     atomic_write(path, json.dumps(signed, indent=1, sort_keys=True) + "\n")
     return path
 

@@ -256,9 +256,15 @@ def test_an_older_copy_of_the_store_is_told_stale_once_a_newer_one_was_verified(
     assert "stale: sequence 1" in CliRunner().invoke(cli, command[:-1]).output
 
 
-def test_indexes_from_before_sequences_are_never_called_forks(store, key, tmp_path):
-    """Every index signed before sequences existed reads as 0: an older one is not a fork
-    of a newer one, though both are 0."""
+def test_only_copies_of_one_store_are_compared(store, key, tmp_path):
+    """Another store signed by the same key (your other results folders) is not an older
+    copy of this one; nor are indexes signed before store ids and sequences existed."""
+    seen, other = tmp_path / "seen.json", tmp_path / "other"
+    update_index(store, key, keys_of(key))  # this store at #2
+    assert problems(store, seen=seen) == []
+    manifest = {"version": "v-test", "content_hash": "abc"}
+    update_index(other, key, keys_of(key), [write_manifest(other, VERSION, "toy", manifest)])
+    assert problems(other, seen=seen) == []  # its own #1, another store
     seen, older = tmp_path / "seen.json", tmp_path / "older"
     index = store / "_signed_index.json"
     listing = json.loads(index.read_text())["files"]
