@@ -468,14 +468,15 @@ def format_interval(estimate: Estimate | None, share: bool = False) -> str:
     if estimate is None:
         return ""
     i = estimate.interval
+    mark = "" if estimate.basis == CLIENTS_AND_SEEDS else " *"
     if math.isnan(i.low):
         text = format_share(i.point) if share else f"{i.point:+.4f}"
-        return text + " [no CI]" + ("" if estimate.basis == CLIENTS_AND_SEEDS else " *")
+        return text + " [no CI]" + mark
     if share:
         text = f"{format_share(i.point)} [{format_share(i.low)}, {format_share(i.high)}]"
     else:
         text = f"{i.point:+.4f} [{i.low:+.4f}, {i.high:+.4f}]"
-    return text + ("" if estimate.basis == CLIENTS_AND_SEEDS else " *")
+    return text + mark
 
 
 def render_comparisons(table: Table) -> list[str]:
