@@ -52,7 +52,7 @@ EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "benchmark.preference_training": ("SFTConfig", "train_completions"),
     "benchmark.training_precision": ("float32_in_place",),
-    "benchmark.federation.local_dp_sgd": ("control_prompt", "training_device"),
+    "benchmark.federation.local_dp_sgd": ("control_prompt",),
     # language-model scoring and sampling helpers the metrics use too
     "benchmark.evaluation.downstream": (
         "encode",

@@ -172,7 +172,7 @@ class DPFTRLDM(DPFTRL):
                 cfg["model"], cfg["embedding_size"], cfg["hidden_size"], cfg["num_heads"],
                 max(512, cfg["max_length"]),
             )  # fmt: skip
-            self._lm = SmallOnDeviceLM(tokenizer, shape, name)
+            self._lm = SmallOnDeviceLM(tokenizer, shape, name, ctx.profile.lm_device())
         return self._lm
 
     def _uses_teacher(self) -> bool:

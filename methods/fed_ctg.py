@@ -113,7 +113,6 @@ from benchmark.api import (
     flat_params,
     load_flat,
     seeded,
-    training_device,
 )
 from methods.ctg_refinement import (
     CodeCounts,
@@ -396,7 +395,7 @@ class FedCTG(Method):
         candidates = cfg["num_synthetic"]
         if cfg["refinement"] != "none":
             candidates = round(cfg["num_synthetic"] / cfg["sampling_rate"])
-        model = self._model(ctx, state["params"]).to(training_device())
+        model = self._model(ctx, state["params"])
         template = cfg["control_template"] if cfg["finetune"] else cfg["zero_shot_template"]
         texts, labels = [], []
         for j, (code, count) in enumerate(

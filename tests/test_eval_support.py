@@ -101,7 +101,7 @@ class TinyLM(OnDeviceLM):
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
 
-    def new_model(self, seed: int):
+    def build(self, seed: int):
         return tiny_gpt2(len(self.tokenizer), seed)
 
 

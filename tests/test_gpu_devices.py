@@ -10,6 +10,7 @@ does), and fakes record what the code under test hands on.
 import socket
 
 import torch
+from test_eval_support import TinyLM, train_tokenizer
 
 from benchmark import preference_training
 from benchmark.evaluation import win_rate
@@ -69,3 +70,31 @@ def test_a_method_is_described_without_building_its_profile(monkeypatch):
         answer, _ = wire.recv(received)
     assert answer["done"] and answer["role"] == "bound"
     assert answer["config"] == method_process._load_method(init).resolve_config("gpu", {})
+
+
+def test_an_ondevice_lms_models_are_built_where_it_lives():
+    """A GPU profile's on-device LMs live on its accelerator: the public start, the
+    downstream fits and the DP-FL clients' steps then run there (the structure tests' fake
+    CUDA checks each optimiser's weights were moved; here `meta` stands for the GPU)."""
+    lm = TinyLM(train_tokenizer(["a small text", "another one"]))
+    lm.device = "meta"
+    model = lm.new_model(0)
+    assert {p.device.type for p in model.parameters()} == {"meta"} and not model.training
+    # built on the CPU first, so the device never changes a seed's weights
+    assert torch.equal(TinyLM(lm.tokenizer).new_model(0).transformer.wte.weight,
+                       TinyLM(lm.tokenizer).build(0).transformer.wte.weight)  # fmt: skip
+
+
+def test_a_method_process_sees_its_profiles_device_and_training_memory(monkeypatch):
+    """The method process sees the profile through DeclaredProfile: it passed on neither,
+    so a GPU run's methods built their LMs on the CPU and PE+SFT fitted the 8B generator's
+    paper batch whole, without the paper profile's micro-batches and checkpointing."""
+    from benchmark.profiles.base import TrainingMemory
+    from benchmark.profiles.declared import DeclaredProfile
+    from benchmark.profiles.paper import PaperProfile
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    paper = PaperProfile()
+    seen = DeclaredProfile(paper, ("generator",), "pe_sft")
+    assert seen.lm_device() == "cuda"
+    assert seen.training_memory() == paper.training_memory() != TrainingMemory()

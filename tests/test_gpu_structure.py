@@ -217,10 +217,12 @@ def violations(
         held = [p for p, s in state.items() if s == "awake" and p[1] == "coordinator"]
         if ISOLATED and e["where"] != "coordinator" and held:
             found.append(f"[item 3] the coordinator's engine was awake at a child's {e['event']}")
-    # [item 4] training updates fp32 master weights
+    # [item 4] training updates fp32 master weights, [ondevice] on the GPU
     for e in seen:
         if e["event"] == "optimiser_step" and e["dtypes"] != ["torch.float32"]:
             found.append(f"[item 4] {e['optimiser']} updated {e['dtypes']} weights ({e['where']})")
+        if e["event"] == "optimiser_step" and not e["on_gpu"]:
+            found.append(f"[ondevice] {e['optimiser']} trained weights on the CPU ({e['where']})")
     # [item 3] only the method's own models load (paper: by hub id), in any process
     config = result.record["method"]["config"]
     if profile == "paper":

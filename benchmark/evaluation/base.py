@@ -182,11 +182,13 @@ class EvalContext:
         return self._policies[key]
 
     def _released_model(self, model_dir: str) -> tuple[Any, Any]:
-        """A released model and its tokenizer (the generator's when it ships none)."""
+        """A released model and its tokenizer (the generator's when it ships none), on the
+        device of the profile's LMs."""
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        model = model.to(self.profile.lm_device()).eval()
         has_tokenizer = any(
             (Path(model_dir) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json")
         )

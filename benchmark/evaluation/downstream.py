@@ -360,6 +360,7 @@ def run_downstream(
         import benchmark.profiles.small_lms  # noqa: F401  (registers paper 002's LSTM/transformer)
 
         model = AutoModelForCausalLM.from_pretrained(artifact.model_dir, dtype=torch.float32)
+        model = model.to(lm.device).eval()  # scored where the profile's LMs live
         if model_tokenizer is not None:
             tokenizer = model_tokenizer
         if model.get_input_embeddings().num_embeddings < len(tokenizer):

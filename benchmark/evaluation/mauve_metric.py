@@ -119,7 +119,7 @@ class MAUVE(Metric):
 
         model = from_hub(AutoModelForCausalLM.from_pretrained, self.features, "main")
         tokenizer = from_hub(AutoTokenizer.from_pretrained, self.features, "main")
-        return model.eval(), tokenizer, self.features
+        return model.to(ctx.profile.lm_device()).eval(), tokenizer, self.features
 
 
 def lm_features(model: Any, tokenizer: Any, texts: list[str], max_tokens: int) -> np.ndarray:
@@ -128,15 +128,17 @@ def lm_features(model: Any, tokenizer: Any, texts: list[str], max_tokens: int) -
     truncated to ``max_tokens`` tokens."""
     import torch
 
+    from benchmark.evaluation.downstream import model_device
+
     config = model.config
     context = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", 0)
     max_tokens = min(max_tokens, context or max_tokens)  # never past the model's context
-    rows = []
+    rows, device = [], model_device(model)
     with torch.inference_mode():
         for text in texts:
             ids = tokenizer(text, truncation=True, max_length=max_tokens)["input_ids"] or [
                 tokenizer.eos_token_id
             ]
-            out = model(input_ids=torch.tensor([ids]), output_hidden_states=True)
-            rows.append(out.hidden_states[-1][0, -1].float().numpy())
+            out = model(input_ids=torch.tensor([ids], device=device), output_hidden_states=True)
+            rows.append(out.hidden_states[-1][0, -1].float().cpu().numpy())
     return np.stack(rows)

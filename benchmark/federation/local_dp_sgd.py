@@ -108,7 +108,7 @@ class LocalLMTrainer:
     ) -> dict[str, torch.Tensor]:
         """The model delta of one client's local training from ``weights``."""
         lm = self._conditional_lm()
-        model = lm.new_model(0).to(training_device())
+        model = lm.new_model(0)
         model.load_state_dict(weights, strict=True)
         examples = [
             conditional_example(
@@ -181,11 +181,6 @@ def train_locally(
             optimiser.step()
     model.zero_grad(set_to_none=True)
     model.eval()
-
-
-def training_device() -> str:
-    """The GPU when there is one (``paper``), else the CPU."""
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def per_sample_scale(grads: list[torch.Tensor], clip_norm: float) -> float:

@@ -98,14 +98,24 @@ class Embedder(ABC):
 
 
 class OnDeviceLM(ABC):
-    """The small LM trained on clients or on synthetic data, and evaluated on test clients."""
+    """The small LM trained on clients or on synthetic data, and evaluated on test clients.
+
+    ``device`` is where its models live and train: the profile's accelerator on a GPU
+    profile (:meth:`ModelProfile.lm_device`), so the public start, the downstream fits and
+    the DP-FL clients' local steps run there, not on the CPU beside the GPU."""
 
     name: str
     tokenizer: Any
+    device: str = "cpu"
+
+    def new_model(self, seed: int) -> Any:
+        """A fresh model (the profile's public starting point) on ``device``, in eval mode;
+        deterministic given seed (it is built on the CPU, so the device never changes it)."""
+        return self.build(seed).to(self.device).eval()
 
     @abstractmethod
-    def new_model(self, seed: int) -> Any:
-        """A fresh model (the profile's public starting point), deterministic given seed."""
+    def build(self, seed: int) -> Any:
+        """The fresh model of ``seed`` on the CPU."""
 
 
 class MaskedFiller(ABC):
@@ -183,6 +193,10 @@ class ModelProfile(ABC):
     @abstractmethod
     def describe(self) -> dict[str, str]:
         """Model ids/revisions recorded in result records."""
+
+    def lm_device(self) -> str:
+        """Where this profile's on-device, conditional and public LMs live and train."""
+        return self.accelerator() or "cpu"
 
     def training_memory(self) -> TrainingMemory:
         """How SFT and DPO of this profile's models fit their batches in memory (the

@@ -178,7 +178,11 @@ class CpuProfile(ModelProfile):
     @cached_property
     def _conditional(self) -> PretrainedLM:
         _, tokenizer = smollm2.load_smollm2()
-        return PretrainedLM(GENERATOR_LABEL, tokenizer, lambda: smollm2.load_smollm2()[0])
+
+        def load() -> Any:
+            return smollm2.load_smollm2()[0]
+
+        return PretrainedLM(GENERATOR_LABEL, tokenizer, load, self.lm_device())
 
     @cached_property
     def _embedder(self) -> SentenceTransformerEmbedder:
@@ -190,7 +194,9 @@ class CpuProfile(ModelProfile):
 
     @cached_property
     def _ondevice(self) -> PretrainedGPT2LM:
-        return pretrained_ondevice_lm(public_corpus, ONDEVICE_PRETRAINING, PUBLIC_CORPUS_NAME)
+        return pretrained_ondevice_lm(
+            public_corpus, ONDEVICE_PRETRAINING, PUBLIC_CORPUS_NAME, self.lm_device()
+        )
 
     @cached_property
     def _filler(self) -> CausalSpanFiller:

@@ -12,7 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from benchmark.profiles.base import Embedder, Generator, MaskedFiller, ModelProfile, OnDeviceLM
+from benchmark.profiles.base import (
+    Embedder,
+    Generator,
+    MaskedFiller,
+    ModelProfile,
+    OnDeviceLM,
+    TrainingMemory,
+)
 from benchmark.profiles.roles import UndeclaredModelError, check_roles
 
 
@@ -62,3 +69,11 @@ class DeclaredProfile(ModelProfile):
 
     def describe(self) -> dict[str, str]:
         return self._profile.describe()
+
+    def accelerator(self) -> str | None:
+        """The profile's own: a method's models live where the coordinator opened."""
+        return self._profile.accelerator()
+
+    def training_memory(self) -> TrainingMemory:
+        """The profile's own: how PE+SFT fits its batches on the profile's hardware."""
+        return self._profile.training_memory()

@@ -47,21 +47,24 @@ class RandomGPT2LM(OnDeviceLM):
             **asdict(shape),
         )
 
-    def new_model(self, seed: int) -> Any:
+    def build(self, seed: int) -> Any:
         from transformers import GPT2LMHeadModel
 
         with seeded(seed):
-            return GPT2LMHeadModel(self.config).eval()
+            return GPT2LMHeadModel(self.config)
 
 
 class PretrainedLM(OnDeviceLM):
     """A pretrained checkpoint (distilgpt2 in ``paper``); every new model is a fresh load."""
 
-    def __init__(self, name: str, tokenizer: Any, load: Callable[[], Any]) -> None:
+    def __init__(
+        self, name: str, tokenizer: Any, load: Callable[[], Any], device: str = "cpu"
+    ) -> None:
         self.name = name
         self.tokenizer = tokenizer
+        self.device = device
         self._load = load
 
-    def new_model(self, seed: int) -> Any:
+    def build(self, seed: int) -> Any:
         """The checkpoint itself: it is the same for every seed."""
-        return self._load().eval()
+        return self._load()

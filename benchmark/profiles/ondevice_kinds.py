@@ -53,11 +53,14 @@ class SmallShape:
 class SmallOnDeviceLM(OnDeviceLM):
     """A randomly initialised LSTM / transformer on ``tokenizer``'s vocabulary."""
 
-    def __init__(self, tokenizer: Any, shape: SmallShape, tokenizer_name: str) -> None:
+    def __init__(
+        self, tokenizer: Any, shape: SmallShape, tokenizer_name: str, device: str = "cpu"
+    ) -> None:
         from benchmark.profiles.small_lms import small_lm_config
 
         self.tokenizer = tokenizer
         self.shape = shape
+        self.device = device
         eos = tokenizer.eos_token_id
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
         fields = {k: v for k, v in asdict(shape).items() if k != "kind"}
@@ -65,8 +68,8 @@ class SmallOnDeviceLM(OnDeviceLM):
         self.name = f"{shape.kind}(" + ",".join(f"{k}={v}" for k, v in fields.items())
         self.name += f") on {tokenizer_name}"
 
-    def new_model(self, seed: int) -> Any:
+    def build(self, seed: int) -> Any:
         from benchmark.profiles.small_lms import SmallLM
 
         with seeded(seed):
-            return SmallLM(self.config).eval()
+            return SmallLM(self.config)

@@ -177,7 +177,7 @@ class PaperProfile(ModelProfile):
                 AutoModelForCausalLM.from_pretrained, model_id, revision, dtype=torch.float32
             )
 
-        return PretrainedLM(model_id, tokenizer, load)
+        return PretrainedLM(model_id, tokenizer, load, self.lm_device())
 
     @cached_property
     def _ondevice(self) -> PretrainedLM:

@@ -76,39 +76,43 @@ class PretrainedGPT2LM(OnDeviceLM):
     run-to-run variation comes from what is trained on top of it.
     """
 
-    def __init__(self, tokenizer: Any, shape: GPT2Shape, params: torch.Tensor, label: str):
+    def __init__(
+        self, tokenizer: Any, shape: GPT2Shape, params: torch.Tensor, label: str, device: str
+    ) -> None:
         self._random = RandomGPT2LM(tokenizer, shape)
         self.tokenizer = tokenizer
         self.shape = shape
         self.name = label
+        self.device = device
         self._params = params
 
-    def new_model(self, seed: int) -> Any:
+    def build(self, seed: int) -> Any:
         from benchmark.training import load_flat
 
-        model = self._random.new_model(0)
+        model = self._random.build(0)
         load_flat(model, self._params)
-        return model.eval()
+        return model
 
 
 def pretrained_ondevice_lm(
-    corpus: Callable[[], list[str]], spec: PretrainSpec, name: str
+    corpus: Callable[[], list[str]], spec: PretrainSpec, name: str, device: str = "cpu"
 ) -> PretrainedGPT2LM:
-    """The pretrained on-device LM of ``spec`` on ``corpus()``: from the cache, else built."""
+    """The pretrained on-device LM of ``spec`` on ``corpus()`` whose models live on
+    ``device``: from the cache, else built (on the CPU: the build is shipped)."""
     texts = corpus()
     key = corpus_key(texts, spec)
     directory = cache_dir() / "ondevice" / f"{name}-{key}"
     label = f"{spec.shape.label()} pretrained on {name} ({key})"
     cached = _read(directory, key) or _read_shipped(directory.name, key)
     if cached is not None:
-        return PretrainedGPT2LM(cached[0], spec.shape, cached[1], label)
+        return PretrainedGPT2LM(cached[0], spec.shape, cached[1], label, device)
     began = time.perf_counter()
     tok = train_bytelevel_bpe(texts, spec.vocab_size)
     tokenizer = wrap_bytelevel_bpe(tok)
     params, report = _pretrain(texts, tokenizer, spec)
     report["build_seconds"] = round(time.perf_counter() - began, 1)
     _write(directory, key, tok, params, report)
-    return PretrainedGPT2LM(tokenizer, spec.shape, params, label)
+    return PretrainedGPT2LM(tokenizer, spec.shape, params, label, device)
 
 
 def _pretrain(

@@ -96,8 +96,6 @@ def _compute(
     from benchmark.progress import progress
 
     model = llm.new_model(0)
-    if torch.cuda.is_available():
-        model = model.cuda()
     device = next(model.parameters()).device
     seqs = encode(llm.tokenizer, texts, max_length)
     vocab = len(llm.tokenizer)
