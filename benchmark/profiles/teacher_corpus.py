@@ -92,11 +92,16 @@ def teacher_corpus(
 def _compute(
     llm: OnDeviceLM, texts: list[str], max_length: int, top_k: int, batch_size: int
 ) -> TeacherCorpus:
-    from benchmark.evaluation.downstream import _length_sorted_batches, encode, pad_right
+    from benchmark.evaluation.downstream import (
+        _length_sorted_batches,
+        encode,
+        model_device,
+        pad_right,
+    )
     from benchmark.progress import progress
 
     model = llm.new_model(0)
-    device = next(model.parameters()).device
+    device = model_device(model)
     seqs = encode(llm.tokenizer, texts, max_length)
     vocab = len(llm.tokenizer)
     empty = torch.zeros((0, top_k))
