@@ -8,7 +8,9 @@ directory.
 import atexit
 import os
 import shutil
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 from host_facts import cpu_and_caches
@@ -49,6 +51,22 @@ def one_torch_thread():
 
     with torch_threads(1):
         yield
+
+
+@pytest.fixture
+def fake_vllm(tmp_path, monkeypatch):
+    """The fake ``vllm`` (``tests/fakes/site-packages``) importable, its events written to
+    ``tmp_path/events.jsonl``, and a tiny tokenizer saved as an engine's model directory:
+    ``(tokenizer, model directory, events file)``; the fake is forgotten after."""
+    from benchmark.profiles.tokenizer_builders import tiny_tokenizer
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "fakes" / "site-packages"))
+    monkeypatch.setenv("FEDSYNTH_FAKE_EVENTS", str(tmp_path / "events.jsonl"))
+    tokenizer = tiny_tokenizer()
+    tokenizer.save_pretrained(tmp_path / "model")
+    yield tokenizer, tmp_path / "model", tmp_path / "events.jsonl"
+    for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
+        del sys.modules[name]
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -6,10 +6,12 @@ CUDA whose 'cuda' tensors live on the CPU, and a fake ``vllm`` that records its 
 load them too; its ``sitecustomize`` installs the fakes in every child).
 
 What is asserted is what the papers' configurations ask of a GPU run: vLLM samples (never
-transformers), fine-tuned policies reach vLLM as LoRA requests, the engine sleeps while
-training, training updates fp32 weights, only the method's own models load, the papers'
-batch sizes are kept (counts are shrunk, batch sizes are not), and the sandbox of a GPU run
-admits the GPU device files and keeps the CUDA variables.
+transformers), the engine is the coordinator's (vLLM cannot start in a sandbox: the fake
+binds a TCP port and reads /proc/meminfo, as vLLM does), fine-tuned policies reach vLLM as
+LoRA requests, the engine sleeps while training, training updates fp32 weights, only the
+method's own models load, the papers' batch sizes are kept (counts are shrunk, batch sizes
+are not), and the sandbox of a GPU run admits the GPU device files and keeps the CUDA
+variables.
 """
 
 from __future__ import annotations
@@ -195,6 +197,8 @@ def violations(
     if method in SAMPLERS and "vllm_generate" not in kinds:
         found.append("[item 5] vLLM never sampled")
     for engine in (e for e in seen if e["event"] == "vllm_llm"):
+        if ISOLATED and engine["where"] != "coordinator":  # vLLM cannot start in a sandbox
+            found.append("[engine] a vLLM engine was built in a sandboxed process")
         kw = engine["kwargs"]
         if not (
             kw.get("dtype") == "bfloat16" and kw.get("enable_lora") and kw.get("enable_sleep_mode")

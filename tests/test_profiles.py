@@ -41,37 +41,27 @@ def test_unknown_profile_lists_allowed_names():
         get_profile("huge")
 
 
-class _Engine:
-    """A vLLM engine stand-in: its tokenizer, and sleep as training asks."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-
-    def get_tokenizer(self):
-        return self.tokenizer
-
-    def sleep(self, level):
-        pass
-
-
 def test_a_judge_on_an_engine_profile_scores_with_the_transformers_copy(tiny, monkeypatch):
     """With vLLM on a GPU, a log-likelihood judge reads the generator's transformers copy
     (the one its engine's generator trains and scores with) and starts no engine."""
     from benchmark.evaluation.judges import judge_generator
-    from benchmark.profiles import paper, vllm_generator
+    from benchmark.profiles import paper
 
     copy, loads, engines = tiny.generator(), [], []
     monkeypatch.setattr(paper, "use_vllm", lambda: True)
     monkeypatch.setattr(paper, "context_positions", lambda model_id, revision: 64)
     monkeypatch.setattr(paper.PaperProfile, "_hf_generator", lambda _, m: loads.append(m) or copy)
-    engine = _Engine(copy.tokenizer)
-    monkeypatch.setattr(vllm_generator, "vllm_engine", lambda *a, **k: engines.append(a) or engine)
+    monkeypatch.setattr(paper, "from_hub", lambda *a, **k: copy.tokenizer)  # the tokenizer
+    monkeypatch.setattr(paper, "open_engine", lambda role, spec: engines.append((role, spec)))
     profile = paper.PaperProfile()
     for spec in ({"type": "loglik"}, {"type": "pmi"}, {"type": "llm"}):
         assert judge_generator(spec, profile) is copy
     assert engines == [] and loads == [profile.models.generator]
     sampler = profile.generator()  # a method's: an engine, training and scoring that copy
-    assert engines and sampler.transformers() is copy and len(loads) == 1
+    assert sampler.transformers() is copy and len(loads) == 1
+    ((role, engine),) = engines
+    assert role == "generator" and engine == profile.engine_spec("generator")
+    assert engine.model == profile.models.generator and engine.max_model_len == 64
 
 
 def test_profiles_are_cached_per_process(tiny):

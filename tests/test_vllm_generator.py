@@ -1,11 +1,11 @@
 """The vLLM generator with the fake ``vllm`` (``tests/fakes/site-packages``): fine-tuned
-policies reach the engine as LoRA requests, the engine sleeps while the transformers copy
-trains and wakes to sample, and it never samples weights that changed behind its back."""
+policies reach the engine as LoRA requests, the engine is awake only while it samples, and it
+never samples weights that changed behind its back; in the method process, the generator
+samples through the coordinator's engine (a sampling call over the channel)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,28 +15,20 @@ from benchmark.profiles.base import SamplingParams
 from benchmark.profiles.hf_generator import HFGenerator
 from benchmark.profiles.ondevice import RandomGPT2LM
 from benchmark.profiles.tiny import TINY_SHAPE
-from benchmark.profiles.tokenizer_builders import tiny_tokenizer
-from benchmark.profiles.vllm_generator import StaleEngineError, VLLMGenerator, vllm_engine
+from benchmark.profiles.vllm_engine import EngineSpec, VLLMEngine
+from benchmark.profiles.vllm_generator import StaleEngineError, VLLMGenerator
 from methods.lora import lora_config
 
-FAKES = Path(__file__).parent / "fakes" / "site-packages"
 PARAMS = SamplingParams(max_new_tokens=4, seed=1)
 
 
 @pytest.fixture
-def setup(tmp_path, monkeypatch):
-    monkeypatch.syspath_prepend(str(FAKES))
-    monkeypatch.setenv("FEDSYNTH_FAKE_EVENTS", str(tmp_path / "events.jsonl"))
-    tokenizer = tiny_tokenizer()
-    tokenizer.save_pretrained(tmp_path / "model")
-    llm = vllm_engine(
-        str(tmp_path / "model"), revision=None, gpu_memory_utilization=0.3, max_model_len=128
-    )
+def setup(fake_vllm):
+    tokenizer, model_dir, events = fake_vllm
+    engine = VLLMEngine(EngineSpec(str(model_dir), None, 0.3, max_model_len=128))
     model = RandomGPT2LM(tokenizer, TINY_SHAPE).new_model(0)
-    generator = VLLMGenerator(llm, "tiny", lambda: HFGenerator(model, tokenizer, "tiny"), 128)
-    yield generator, tmp_path / "events.jsonl"
-    for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
-        del sys.modules[name]
+    copy = HFGenerator(model, tokenizer, "tiny")
+    return VLLMGenerator(engine, "tiny", tokenizer, lambda: copy, 128), events
 
 
 def read(path: Path) -> list[dict]:
@@ -51,22 +43,22 @@ def test_the_engine_is_built_for_lora_and_sleep(setup):
     assert kw["max_lora_rank"] >= 4 and kw["max_model_len"] == 128
 
 
-def test_an_adapted_policy_is_sampled_as_a_lora_request_and_training_sleeps(setup):
+def test_an_adapted_policy_is_sampled_as_a_lora_request_and_only_sampling_wakes(setup):
     from peft import get_peft_model
 
     generator, events = setup
-    assert len(generator.generate(["a b", "c"], PARAMS)) == 2  # base weights, awake
-    base = generator.model  # training starts: the engine sleeps
-    peft = get_peft_model(base, lora_config(4, 8))
+    assert len(generator.generate(["a b", "c"], PARAMS)) == 2  # base weights
+    peft = get_peft_model(generator.model, lora_config(4, 8))
     for _ in range(2):
         with generator.adapted(peft):
             generator.generate(["a b"], PARAMS)
     peft.unload()
     log = [e for e in read(events) if e["event"] != "vllm_llm"]
-    assert [e["event"] for e in log] == [
-        "vllm_generate", "vllm_sleep", "vllm_wake", "vllm_generate", "vllm_sleep",
-        "vllm_wake", "vllm_generate", "vllm_sleep",
-    ]  # fmt: skip
+    assert [e["event"] for e in log] == ["vllm_sleep"] + [
+        "vllm_wake",
+        "vllm_generate",
+        "vllm_sleep",
+    ] * 3  # built, then put to sleep; awake only for each batch
     loras = [e["lora"] for e in log if e["event"] == "vllm_generate"]
     assert loras[0] is None and loras[1]["r"] == loras[2]["r"] == 4
     assert loras[1]["id"] != loras[2]["id"]  # vLLM caches adapters by id: each is new

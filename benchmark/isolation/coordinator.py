@@ -33,6 +33,7 @@ from benchmark.isolation.client_process import PRIVATE_LOG, ClientFunctionError,
 from benchmark.isolation.containment import signal_tree
 from benchmark.isolation.corpus import denied_paths
 from benchmark.isolation.cpu_caches import CacheSweep
+from benchmark.isolation.engine_service import EngineService
 from benchmark.isolation.page_cache import Pins, forget_lookups, keep_resident
 from benchmark.isolation.sandbox import (
     Policy,
@@ -44,6 +45,7 @@ from benchmark.isolation.sandbox import (
 from benchmark.isolation.template import spawn
 from benchmark.privacy.errors import PrivacyError
 from benchmark.protocol import wire
+from benchmark.protocol.engine_calls import ENGINE
 from benchmark.protocol.operations import (
     AGGREGATE,
     ARRAY,
@@ -227,6 +229,7 @@ class MethodProcess:
         bounds: RequestBounds | None = None,
         call_seconds: float | None = None,
         open_log: Path | None = None,
+        engines: EngineService | None = None,
     ) -> None:
         # On the schedule what it may read is kept resident and locked, and the host held:
         # both let go at close, or at once where this constructor fails.
@@ -255,6 +258,7 @@ class MethodProcess:
         if call_seconds is not None and clients is not None:  # its memos wake client code
             clients.outside_calls = lambda: self._on_schedule(time.perf_counter())
         self.bounds = bounds or RequestBounds.from_environment()
+        self._engines = engines  # the run's vLLM engines, for the method's sampling calls
         self.served_seconds = 0.0  # spent serving pool calls (not the method's own time)
         self._pending: Callable[[], None] | None = None  # a checkpoint for the next slot
         wire.send(self._stream, init, *blobs)
@@ -297,6 +301,9 @@ class MethodProcess:
                 raise kind(message)
             if header.get("done"):
                 return header, blobs
+            if ENGINE in header:  # public weights and the method's inputs: no schedule
+                wire.send(self._stream, *self._sample(header, blobs))
+                continue
             began = time.perf_counter()
             with self._on_schedule(began):
                 answer = self._serve(header, blobs)
@@ -344,6 +351,11 @@ class MethodProcess:
     def request(self, header: dict[str, Any], *blobs: bytes) -> wire.Message:
         wire.send(self._stream, header, *blobs)
         return self.answer()
+
+    def _sample(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], bytes]:
+        if self._engines is None:
+            raise PrivacyError("the method process sent a sampling call to a run without engines")
+        return self._engines.serve(header, blobs)
 
     def _serve(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], bytes]:
         pool, op, args = self._pool, header.get("op"), header.get("args")
@@ -765,12 +777,19 @@ class IsolatedLaunch:
         process = MethodProcess(
             init, [public, validation, *blobs], pool, policy, tmp, clients=self._worker,
             call_seconds=self.spec.privacy.call_seconds, open_log=run_dir / OPEN_ON_SCHEDULE,
+            engines=EngineService(self._run_profile, self.models),
         )  # fmt: skip
         try:
             return RemoteMethod(process, work_dir)
         except BaseException:  # e.g. the adapter's constructor raised: its process ends here
             process.close()
             raise
+
+    def _run_profile(self) -> Any:
+        """The run's profile in this process: what names the engines a method samples."""
+        from benchmark.profiles import get_profile
+
+        return self.profile if self.profile is not None else get_profile(self.spec.profile)
 
     def close(self) -> None:
         from benchmark.federation.independence_check import set_zygote_launch, stop_zygote

@@ -17,6 +17,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from benchmark.profiles.hub_fetch import HubModel
+    from benchmark.profiles.vllm_engine import EngineSpec
 
 
 @dataclass(frozen=True)
@@ -71,12 +72,6 @@ class Generator(ABC):
     def max_positions(self) -> int:
         """How many tokens (prompt + new tokens) one sample may hold."""
         return context_length(self.model)
-
-    def sleep(self) -> None:
-        """Release the accelerator memory sampling holds until the next :meth:`generate`
-        (vLLM's sleep mode), e.g. before another process needs the GPU. Default: a
-        generator that holds none has nothing to release."""
-        return None
 
     def adapted(self, model: Any) -> AbstractContextManager[None]:
         """Inside the block, :meth:`generate` samples from ``model``: :attr:`model` with a
@@ -150,6 +145,12 @@ class ModelProfile(ABC):
         samples). Default: the generator; a profile that samples with an engine (vLLM)
         gives its transformers copy, so scoring starts no engine."""
         return self.generator()
+
+    def engine_spec(self, role: str) -> EngineSpec | None:
+        """The vLLM engine that samples ``role`` here (``None``: no engine; the default).
+        The coordinator builds it from this, its own profile's answer, when the method
+        process asks to sample ``role`` (:mod:`benchmark.isolation.engine_service`)."""
+        return None
 
     @abstractmethod
     def embedder(self) -> Embedder: ...

@@ -99,8 +99,8 @@ def build_requested(requests: Any, generator: Callable[[], Generator]) -> None:
     every field is checked to be plain data within bounds before anything is generated,
     and the cache is keyed by it as :func:`candidates` keys it, so the method can only
     choose which public generation is cached, never what its cache file holds. The
-    generator (a callable) is loaded only when something is requested, and sleeps after
-    (a vLLM engine here would hold the GPU memory the method process needs)."""
+    generator (a callable) is loaded only when something is requested (a vLLM engine holds
+    the GPU only while it samples: :mod:`benchmark.profiles.vllm_engine`)."""
     if not isinstance(requests, list):
         raise ValueError("cache requests: expected a list")
     parsed = [_parsed(r) for r in requests]
@@ -109,7 +109,6 @@ def build_requested(requests: Any, generator: Callable[[], Generator]) -> None:
     writer = generator()
     for prompts, count, params, stop in parsed:
         candidates(writer, prompts, count, params, stop)
-    writer.sleep()
 
 
 def _parsed(request: Any) -> tuple[list[str], int, SamplingParams, list[str]]:

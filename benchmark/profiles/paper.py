@@ -3,8 +3,9 @@
 - generator: ``meta-llama/Meta-Llama-3-8B`` (POPri's LLaMA-3-8B; PrE-Text used LLaMA-2-7B),
   sampled with vLLM when ``vllm`` is importable and CUDA is available, else transformers
   (recorded as ``generator_backend``, with a warning on a GPU without vLLM); with vLLM,
-  fine-tuned policies are sampled as LoRA adapters and the engine sleeps while training
-  (:mod:`benchmark.profiles.vllm_generator`);
+  fine-tuned policies are sampled as LoRA adapters and the engine sleeps except while it
+  samples; in an isolated run the engine is the coordinator's
+  (:mod:`benchmark.profiles.vllm_generator`, :mod:`benchmark.profiles.vllm_engine`);
 - on-device LM: ``distilbert/distilgpt2`` (POPri, PrE-Text);
 - masked filler: ``FacebookAI/roberta-large`` (PrE-Text's mask filler, temperature 1, top-p 1);
 - embedder: ``sentence-transformers/all-MiniLM-L6-v2`` (all papers);
@@ -35,6 +36,7 @@ from benchmark.profiles.hub import from_hub
 from benchmark.profiles.hub_fetch import HubModel, fetch, hub_requests
 from benchmark.profiles.ondevice import PretrainedLM
 from benchmark.profiles.packaged import distribution_version
+from benchmark.profiles.vllm_engine import EngineSpec, open_engine
 
 
 @dataclass(frozen=True)
@@ -110,26 +112,41 @@ class PaperProfile(ModelProfile):
         model = from_hub(AutoModelForCausalLM.from_pretrained, model_id, revision, dtype=dtype)
         return HFGenerator(model, tokenizer, model_id, batch_size=16, device=device)
 
-    def _sampler(self, model_id: str, transformers: Callable[[], HFGenerator]) -> Generator:
-        """``model_id`` as a generator: vLLM for sampling where it runs (training and
-        scoring ``transformers``, its copy), else that copy."""
-        if not use_vllm():
+    def _engine_models(self) -> dict[str, str]:
+        """The roles sampled in bulk (by vLLM where it runs), and their hub ids."""
+        m = self.models
+        return {"generator": m.generator, "preference_generator": m.preference_generator}
+
+    def engine_spec(self, role: str) -> EngineSpec | None:
+        model_id = self._engine_models().get(role)
+        if model_id is None or not use_vllm():
+            return None
+        m = self.models
+        return EngineSpec(
+            model_id,
+            m.revision,
+            gpu_memory_utilization=m.vllm_gpu_memory_utilization,
+            max_model_len=context_positions(model_id, m.revision),
+            max_lora_rank=m.vllm_max_lora_rank,
+        )
+
+    def _sampler(self, role: str, transformers: Callable[[], HFGenerator]) -> Generator:
+        """``role`` as a generator: vLLM for sampling where it runs (training and scoring
+        ``transformers``, its copy), else that copy."""
+        model_id = self._engine_models()[role]
+        spec = self.engine_spec(role)
+        if spec is None:
             backend = sampling_backend()
             if backend != "transformers":
                 warnings.warn(f"paper profile: {model_id} sampled by {backend}", stacklevel=2)
             return transformers()
-        from benchmark.profiles.vllm_generator import VLLMGenerator, vllm_engine
+        from transformers import AutoTokenizer
 
-        m = self.models
-        positions = context_positions(model_id, m.revision)
-        llm = vllm_engine(
-            model_id,
-            revision=m.revision,
-            gpu_memory_utilization=m.vllm_gpu_memory_utilization,
-            max_model_len=positions,
-            max_lora_rank=m.vllm_max_lora_rank,
-        )
-        return VLLMGenerator(llm, model_id, transformers, positions)
+        from benchmark.profiles.vllm_generator import VLLMGenerator
+
+        tokenizer = from_hub(AutoTokenizer.from_pretrained, model_id, self.models.revision)
+        engine = open_engine(role, spec)
+        return VLLMGenerator(engine, model_id, tokenizer, transformers, spec.max_model_len)
 
     @cached_property
     def _generator_copy(self) -> HFGenerator:
@@ -139,12 +156,12 @@ class PaperProfile(ModelProfile):
 
     @cached_property
     def _generator(self) -> Generator:
-        return self._sampler(self.models.generator, lambda: self._generator_copy)
+        return self._sampler("generator", lambda: self._generator_copy)
 
     @cached_property
     def _preference_generator(self) -> Generator:
         model_id = self.models.preference_generator
-        return self._sampler(model_id, lambda: self._hf_generator(model_id))
+        return self._sampler("preference_generator", lambda: self._hf_generator(model_id))
 
     @cached_property
     def _preference_policy(self) -> HFGenerator:

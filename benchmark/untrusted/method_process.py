@@ -15,8 +15,9 @@ submitted file registers), ``describe`` (the resolved config, role and privacy u
 ``run`` (answered with the number of rounds), then ``setup``, ``round`` and ``resume``, each
 answered with the method state as a torch-saved blob (checked to load as tensors and plain
 data), and ``finish``, answered with the artifact as JSON. While a command runs, the method
-calls the pool through the same channel; an exception in method code is answered with its
-type and message.
+calls the pool through the same channel, and samples its profile's vLLM engines there too
+(:mod:`.engine_proxy`: vLLM cannot start in this sandbox); an exception in method code is
+answered with its type and message.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import numpy as np
 from benchmark.checkpoints import load_state_blob, save_checked, seed_torch
 from benchmark.federation.costs import count_payload
 from benchmark.privacy.errors import PrivacyError
+from benchmark.profiles.vllm_engine import route_engines
 from benchmark.protocol import wire
 from benchmark.protocol.jobs import snapshot
 from benchmark.protocol.operations import (
@@ -49,6 +51,7 @@ from benchmark.protocol.operations import (
     Operation,
     ServerAccessError,
 )
+from benchmark.untrusted.engine_proxy import engine_route
 
 
 def _plain(value: Any) -> Any:
@@ -215,6 +218,7 @@ def _serve(init: dict[str, Any], blobs: list[bytes], stream: Any) -> None:
         info |= {"post_processing": list(method_cls.post_processing)}
         wire.send(stream, {"done": True, **info})
         return
+    route_engines(engine_route(stream))  # vLLM cannot start here: the coordinator samples
     profile = _profile(init, blobs)
     method = method_cls(init["config"])
     from benchmark.data import TEXT

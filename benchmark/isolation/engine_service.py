@@ -1,0 +1,53 @@
+"""The coordinator's vLLM engines, serving the method process's sampling calls.
+
+A method process cannot run vLLM in its sandbox (:mod:`benchmark.profiles.vllm_engine`); it
+sends sampling calls (:mod:`benchmark.protocol.engine_calls`) and this service answers them
+with the engine the coordinator's own profile names for the role, built on first use and
+shared with the coordinator's other samplers (DPPrefSyn's public candidates). Only the
+method's declared roles are served. The engine holds public weights and the method's
+adapter, never client data, and is asleep except while it samples, so a call is served at
+once, not on the pool's public schedule (no client code runs in it).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterable
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from benchmark.privacy.errors import PrivacyError
+from benchmark.profiles.vllm_engine import open_engine
+from benchmark.protocol.engine_calls import MalformedCall, decode_call, write_adapter
+
+
+class EngineService:
+    """Answers sampling calls for ``roles`` (a method's declared roles) with the engines of
+    the profile ``profile()`` returns (asked on the first call)."""
+
+    def __init__(self, profile: Callable[[], Any], roles: Iterable[str]) -> None:
+        self._new_profile = profile
+        self._roles = frozenset(roles)
+
+    @cached_property
+    def _profile(self) -> Any:
+        return self._new_profile()
+
+    def serve(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], bytes]:
+        call = decode_call(header, blobs)
+        spec = self._profile.engine_spec(call.role) if call.role in self._roles else None
+        if spec is None:
+            raise PrivacyError(f"the method process asked to sample {call.role!r}: no engine")
+        room = spec.max_model_len - call.params.max_new_tokens
+        if any(len(prompt) > room for prompt in call.prompts):
+            raise MalformedCall(
+                f"sampling call: a prompt and {call.params.max_new_tokens} new tokens exceed "
+                f"the context of {spec.max_model_len}"
+            )
+        engine = open_engine(call.role, spec)
+        if call.adapter is None:
+            return {"texts": engine.sample(call.prompts, call.params, None)}, b""
+        with tempfile.TemporaryDirectory(prefix="fedsynth-lora-") as tmp:
+            adapter = write_adapter(call.adapter, Path(tmp), spec.model)
+            return {"texts": engine.sample(call.prompts, call.params, adapter)}, b""

@@ -1,0 +1,144 @@
+"""A vLLM engine as the GPU profiles build it, and where a process gets one.
+
+An engine is described by an :class:`EngineSpec` (the model, bf16, LoRA and sleep mode
+enabled) and samples token-id prompts with :meth:`VLLMEngine.sample`. It holds the GPU only
+while it samples: it wakes for a batch (after ``torch.cuda.empty_cache()``, so the memory
+training freed is really free) and goes back to sleep (level 1: weights to CPU RAM, KV cache
+dropped) when the batch is done, so training never meets an awake engine, in this process
+or another.
+
+vLLM cannot start inside the method process's sandbox (its engine binds a TCP port for
+torch.distributed and reads ``/proc/meminfo``; the sandbox refuses both, and should). So the
+engine lives in the trusted coordinator and the method process reaches it through the one
+channel it has (:mod:`benchmark.protocol.engine_calls`): :func:`open_engine` returns what
+:func:`route_engines` installed there (the method process's proxy), else a local engine,
+one per spec and process (the coordinator's DPPrefSyn candidates and the engine it serves
+the method process are the same engine).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from benchmark.profiles.base import SamplingParams
+
+MAX_LORA_RANK = 16  # vLLM's default; the papers' adapters have rank 4 (POPri, PE+SFT)
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What a profile's engine loads: ``model`` (hub id or directory) at ``revision``."""
+
+    model: str
+    revision: str | None
+    gpu_memory_utilization: float
+    max_model_len: int
+    max_lora_rank: int = MAX_LORA_RANK
+
+
+class SamplingEngine(Protocol):
+    """What a :class:`~benchmark.profiles.vllm_generator.VLLMGenerator` samples with: a
+    local :class:`VLLMEngine`, or the method process's proxy to the coordinator's."""
+
+    def sample(
+        self, prompts: list[list[int]], params: SamplingParams, adapter: Path | None
+    ) -> list[str]:
+        """One completion per token-id prompt; ``adapter``: a peft LoRA adapter directory."""
+        ...
+
+
+def sampling_params(params: SamplingParams, count: int) -> list[Any]:
+    """vLLM's parameters for ``count`` prompts: each its own seed drawn from
+    ``params.seed``, so repeated prompts yield different samples but a batch is
+    reproducible; temperature 0 is greedy."""
+    from vllm import SamplingParams as VLLMParams
+
+    greedy = params.temperature <= 0
+    return [
+        VLLMParams(
+            n=1,
+            temperature=0.0 if greedy else params.temperature,
+            top_p=1.0 if greedy else params.top_p,
+            max_tokens=params.max_new_tokens,
+            seed=int(seed),
+        )
+        for seed in np.random.SeedSequence(params.seed).generate_state(count)
+    ]
+
+
+def free_cached_gpu_memory() -> None:
+    """Give back what this process's allocator caches, so an engine that wakes (here, or
+    in the coordinator) gets the memory training freed."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+class VLLMEngine:
+    """A vLLM ``LLM`` built from ``spec``, asleep except while it samples."""
+
+    def __init__(self, spec: EngineSpec) -> None:
+        from vllm import LLM
+
+        self.spec = spec
+        self.llm = LLM(
+            model=spec.model,
+            revision=spec.revision,
+            dtype="bfloat16",
+            gpu_memory_utilization=spec.gpu_memory_utilization,
+            max_model_len=spec.max_model_len,
+            enable_lora=True,
+            max_lora_rank=spec.max_lora_rank,
+            enable_sleep_mode=True,
+        )
+        self.llm.sleep(level=1)  # built awake; nothing samples until asked
+        self._lora_ids = itertools.count(1)
+
+    def sample(
+        self, prompts: list[list[int]], params: SamplingParams, adapter: Path | None
+    ) -> list[str]:
+        if not prompts:
+            return []
+        free_cached_gpu_memory()
+        lora = None
+        if adapter is not None:
+            from vllm.lora.request import LoRARequest
+
+            lora_id = next(self._lora_ids)  # vLLM caches adapters by id: each batch is new
+            lora = LoRARequest(f"adapter#{lora_id}", lora_id, str(adapter.resolve()))
+        self.llm.wake_up()
+        try:
+            requests = [{"prompt_token_ids": ids} for ids in prompts]
+            sampling = sampling_params(params, len(prompts))
+            outputs = self.llm.generate(requests, sampling, use_tqdm=False, lora_request=lora)
+        finally:
+            self.llm.sleep(level=1)
+        return [o.outputs[0].text for o in outputs]
+
+
+_ENGINES: dict[EngineSpec, VLLMEngine] = {}
+_route: Callable[[str], SamplingEngine] | None = None
+
+
+def route_engines(route: Callable[[str], SamplingEngine] | None) -> None:
+    """Where this process's profiles get their engines, by role: the method process
+    installs its proxy to the coordinator (``None``: local engines)."""
+    global _route
+    _route = route
+
+
+def open_engine(role: str, spec: EngineSpec) -> SamplingEngine:
+    """The engine that samples ``role``: the installed route's, else this process's engine
+    for ``spec`` (built on first use)."""
+    if _route is not None:
+        return _route(role)
+    if spec not in _ENGINES:
+        _ENGINES[spec] = VLLMEngine(spec)
+    return _ENGINES[spec]

@@ -1,0 +1,167 @@
+"""Sampling calls: a generator in the method process samples through the coordinator's
+vLLM engine (fake ``vllm``, ``tests/fakes/site-packages``), with its LoRA adapter sent as
+checked fields and tensors; the coordinator refuses any other shape of call."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import pytest
+
+from benchmark.isolation.engine_service import EngineService
+from benchmark.privacy.errors import PrivacyError
+from benchmark.profiles.base import SamplingParams
+from benchmark.profiles.hf_generator import HFGenerator
+from benchmark.profiles.ondevice import RandomGPT2LM
+from benchmark.profiles.tiny import TINY_SHAPE
+from benchmark.profiles.vllm_engine import EngineSpec, VLLMEngine
+from benchmark.profiles.vllm_generator import VLLMGenerator
+from benchmark.protocol import wire
+from benchmark.protocol.engine_calls import (
+    Adapter,
+    MalformedCall,
+    decode_call,
+    encode_call,
+    write_adapter,
+)
+from benchmark.untrusted.engine_proxy import EngineProxy
+from methods.lora import lora_config
+
+PARAMS = SamplingParams(max_new_tokens=4, seed=5)
+
+
+class _Profile:
+    """The coordinator's profile: one engine role."""
+
+    def __init__(self, spec: EngineSpec) -> None:
+        self.spec = spec
+
+    def engine_spec(self, role: str) -> EngineSpec | None:
+        return self.spec if role == "generator" else None
+
+
+@pytest.fixture
+def world(fake_vllm):
+    tokenizer, model_dir, events = fake_vllm
+    spec = EngineSpec(str(model_dir), None, 0.3, max_model_len=64)
+    model = RandomGPT2LM(tokenizer, TINY_SHAPE).new_model(0)
+    return {"spec": spec, "tokenizer": tokenizer, "model": model, "events": events}
+
+
+def _remote(world, roles=("generator",)):
+    """A generator whose engine is the coordinator's: a proxy over a socket pair, served
+    by an :class:`EngineService` on a thread (the coordinator's side)."""
+    ours, theirs = wire.stream_pair()
+    service = EngineService(lambda: _Profile(world["spec"]), roles)
+    served, errors = [], []
+
+    def coordinator():
+        stream = ours.makefile("rwb")
+        while True:
+            try:
+                header, blobs = wire.recv(stream)
+            except wire.ChannelClosed:
+                return
+            try:
+                answer = service.serve(header, blobs)
+            except PrivacyError as exc:
+                errors.append(exc)
+                ours.shutdown(socket.SHUT_RDWR)  # as the coordinator's run ends
+                return
+            served.append(header)
+            wire.send(stream, *answer)
+
+    threading.Thread(target=coordinator, daemon=True).start()
+    copy = HFGenerator(world["model"], world["tokenizer"], "tiny")
+    proxy = EngineProxy(theirs.makefile("rwb"), "generator")
+    return VLLMGenerator(proxy, "tiny", world["tokenizer"], lambda: copy, 64), served, errors
+
+
+def _events(world):
+    return [json.loads(line) for line in world["events"].read_text().splitlines()]
+
+
+def test_a_method_samples_the_coordinators_engine_with_its_adapter(world):
+    from peft import get_peft_model
+
+    remote, served, _ = _remote(world)
+    local = VLLMGenerator(VLLMEngine(world["spec"]), "tiny", world["tokenizer"], None, 64)
+    prompts = ["a b", "c d e"]
+    assert remote.generate(prompts, PARAMS) == local.generate(prompts, PARAMS)
+    peft = get_peft_model(remote.model, lora_config(4, 8))
+    with remote.adapted(peft):
+        texts = remote.generate(prompts, PARAMS)
+    peft.unload()
+    assert len(texts) == 2 and [h["adapter"] is None for h in served] == [True, False]
+    loras = [e["lora"] for e in _events(world) if e["event"] == "vllm_generate"]
+    assert loras[:2] == [None, None] and loras[2]["r"] == 4 and loras[2]["alpha"] == 8
+    assert loras[2]["targets"] == sorted(served[1]["adapter"]["target_modules"])
+
+
+def test_the_coordinator_serves_only_declared_engine_roles(world):
+    remote, _, errors = _remote(world, roles=("embedder",))
+    with pytest.raises(wire.ChannelClosed):
+        remote.generate(["a"], PARAMS)
+    assert "no engine" in str(errors[0])
+    service = EngineService(lambda: _Profile(world["spec"]), ("generator", "embedder"))
+    header, _ = encode_call("embedder", [[1, 2]], PARAMS, None)
+    with pytest.raises(PrivacyError, match="no engine"):
+        service.serve(header, [])
+    header, _ = encode_call("generator", [[1] * 61], PARAMS, None)
+    with pytest.raises(MalformedCall, match="exceed the context of 64"):
+        service.serve(header, [])
+
+
+def _call(**changes):
+    header, blobs = encode_call("generator", [[1, 2]], PARAMS, None)
+    return {**header, **changes}, blobs
+
+
+ADAPTER = {"r": 4, "lora_alpha": 8, "target_modules": ["c_attn"], "use_rslora": False}
+
+
+@pytest.mark.parametrize(
+    ("header", "blobs"),
+    [
+        ({**_call()[0], "path": "/etc"}, []),  # a field of its own
+        (_call(prompts=[[1, "2"]])[0], []),
+        (_call(prompts=[[1, -2]])[0], []),
+        (_call(prompts=[[True]])[0], []),
+        (_call(prompts=[[]])[0], []),
+        (_call(params=[4, 1.0, 1.0])[0], []),
+        (_call(params=[4, "1", 1.0, 0])[0], []),
+        (_call(params=[4, 1.0, 2.0, 0])[0], []),  # top_p above 1: SamplingParams refuses
+        (_call()[0], [b"weights"]),  # weights without an adapter
+        (_call(adapter=ADAPTER)[0], []),  # an adapter without weights
+        (_call(adapter={**ADAPTER, "target_modules": ["../x"]})[0], [b""]),
+        (_call(adapter={**ADAPTER, "r": 4.0})[0], [b""]),
+        (_call(adapter={**ADAPTER, "path": "x"})[0], [b""]),
+    ],
+)
+def test_malformed_calls_are_refused_before_sampling(header, blobs):
+    with pytest.raises(MalformedCall):
+        decode_call(header, blobs)
+
+
+def test_the_coordinator_writes_the_adapter_directory_from_checked_fields(tmp_path):
+    import torch
+    from safetensors.torch import load_file, save
+
+    weights = save({"base_model.model.h.0.attn.c_attn.lora_A.weight": torch.ones(4, 8)})
+    call = decode_call(*_call(adapter=ADAPTER)[:1], [weights])
+    directory = write_adapter(call.adapter, tmp_path / "a", "base")
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    ]
+    config = json.loads((directory / "adapter_config.json").read_text())
+    assert config["r"] == 4 and config["target_modules"] == ["c_attn"]
+    assert config["base_model_name_or_path"] == "base" and config["bias"] == "none"
+    assert list(load_file(directory / "adapter_model.safetensors")) == [
+        "base_model.model.h.0.attn.c_attn.lora_A.weight"
+    ]
+    bad = Adapter(4, 8.0, ("c_attn",), False, b"not safetensors")
+    with pytest.raises(MalformedCall, match="not safetensors"):
+        write_adapter(bad, tmp_path / "b", "base")
