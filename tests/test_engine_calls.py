@@ -33,13 +33,13 @@ PARAMS = SamplingParams(max_new_tokens=4, seed=5)
 
 
 class _Profile:
-    """The coordinator's profile: one engine role."""
+    """The coordinator's profile: one engine for both writers (as ``gpu`` has)."""
 
     def __init__(self, spec: EngineSpec) -> None:
         self.spec = spec
 
     def engine_spec(self, role: str) -> EngineSpec | None:
-        return self.spec if role == "generator" else None
+        return self.spec if role in ("generator", "preference_generator") else None
 
 
 @pytest.fixture
@@ -105,6 +105,9 @@ def test_the_coordinator_serves_only_declared_engine_roles(world):
     with pytest.raises(wire.ChannelClosed):
         remote.generate(["a"], PARAMS)
     assert "no engine" in str(errors[0])
+    service = EngineService(lambda: _Profile(world["spec"]), ("preference_generator",))
+    header, _ = encode_call("generator", [[1, 2]], PARAMS, None)  # the same engine
+    assert len(service.serve(header, [])[0]["texts"]) == 1
     service = EngineService(lambda: _Profile(world["spec"]), ("generator", "embedder"))
     header, _ = encode_call("embedder", [[1, 2]], PARAMS, None)
     with pytest.raises(PrivacyError, match="no engine"):

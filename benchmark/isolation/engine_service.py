@@ -23,8 +23,8 @@ from benchmark.protocol.engine_calls import MalformedCall, decode_call, write_ad
 
 
 class EngineService:
-    """Answers sampling calls for ``roles`` (a method's declared roles) with the engines of
-    the profile ``profile()`` returns (asked on the first call)."""
+    """Answers sampling calls with the engines of the profile ``profile()`` returns (asked
+    on the first call), those its ``roles`` (a method's declared roles) sample with."""
 
     def __init__(self, profile: Callable[[], Any], roles: Iterable[str]) -> None:
         self._new_profile = profile
@@ -34,10 +34,16 @@ class EngineService:
     def _profile(self) -> Any:
         return self._new_profile()
 
+    @cached_property
+    def _declared_engines(self) -> set[Any]:
+        """The engines the declared roles sample with (a profile may fill two roles with
+        one engine, as ``gpu`` fills both writers with SmolLM2's)."""
+        return {self._profile.engine_spec(role) for role in self._roles} - {None}
+
     def serve(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], bytes]:
         call = decode_call(header, blobs)
-        spec = self._profile.engine_spec(call.role) if call.role in self._roles else None
-        if spec is None:
+        spec = self._profile.engine_spec(call.role)
+        if spec is None or spec not in self._declared_engines:
             raise PrivacyError(f"the method process asked to sample {call.role!r}: no engine")
         room = spec.max_model_len - call.params.max_new_tokens
         if any(len(prompt) > room for prompt in call.prompts):
