@@ -164,14 +164,11 @@ class CountingGenerator:
     name = "counting"
 
     def __init__(self):
-        self.calls, self.asleep = 0, False
+        self.calls = 0
 
     def generate(self, prompts, params, chat=True):
-        self.calls, self.asleep = self.calls + 1, False
+        self.calls += 1
         return [f"reply {i} Human: more" for i in range(len(prompts))]
-
-    def sleep(self):
-        self.asleep = True
 
 
 def test_candidates_are_cut_at_the_stop_string_and_cached_by_their_inputs(tmp_path, monkeypatch):
@@ -199,8 +196,7 @@ class RefusingGenerator(CountingGenerator):
 
 def test_the_harness_builds_the_candidates_that_finish_reads(tmp_path, monkeypatch):
     """A sandboxed method process may not write the candidate cache, so the harness builds
-    the candidates dpprefsyn asks for (as data) before setup, then lets its generator sleep
-    (the GPU is the method process's), and finish only reads them."""
+    the candidates dpprefsyn asks for (as data) before setup, and finish only reads them."""
     from benchmark.profiles.candidate_corpus import build_requested
 
     monkeypatch.setenv("FEDSYNTH_CACHE", str(tmp_path / "cache"))
@@ -211,7 +207,7 @@ def test_the_harness_builds_the_candidates_that_finish_reads(tmp_path, monkeypat
     method = DPPrefSyn(DPPrefSyn.resolve_config("tiny", {"gap": 0.0}))
     generator = CountingGenerator()
     build_requested(method.cache_requests(ctx), lambda: generator)
-    assert generator.calls == 1 and generator.asleep
+    assert generator.calls == 1
     monkeypatch.setattr(ctx.profile, "generator", RefusingGenerator)
     artifact = finish(method, ctx, run_rounds(method, ctx))
     assert artifact.pairs and all(p["chosen"].startswith("reply ") for p in artifact.pairs)
