@@ -12,11 +12,11 @@ import pytest
 
 from benchmark.isolation.engine_service import EngineService
 from benchmark.privacy.errors import PrivacyError
-from benchmark.profiles.base import SamplingParams
+from benchmark.profiles.base import EngineSpec, SamplingParams
 from benchmark.profiles.hf_generator import HFGenerator
 from benchmark.profiles.ondevice import RandomGPT2LM
 from benchmark.profiles.tiny import TINY_SHAPE
-from benchmark.profiles.vllm_engine import EngineSpec, VLLMEngine
+from benchmark.profiles.vllm_engine import VLLMEngine
 from benchmark.profiles.vllm_generator import VLLMGenerator
 from benchmark.protocol import wire
 from benchmark.protocol.engine_calls import (

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from benchmark.profiles.base import SamplingParams
+from benchmark.profiles.base import EngineSpec, SamplingParams
 from benchmark.profiles.hf_generator import HFGenerator
 from benchmark.profiles.ondevice import RandomGPT2LM
 from benchmark.profiles.tiny import TINY_SHAPE
-from benchmark.profiles.vllm_engine import EngineSpec, VLLMEngine
+from benchmark.profiles.vllm_engine import VLLMEngine
 from benchmark.profiles.vllm_generator import StaleEngineError, VLLMGenerator
 from methods.lora import lora_config
 

@@ -17,7 +17,6 @@ import numpy as np
 
 if TYPE_CHECKING:
     from benchmark.profiles.hub_fetch import HubModel
-    from benchmark.profiles.vllm_engine import EngineSpec
 
 
 @dataclass(frozen=True)
@@ -51,6 +50,18 @@ def context_length(model: Any) -> int:
         if value:
             return int(value)
     raise ValueError(f"cannot tell the context length of {type(model).__name__}")
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """The vLLM engine a profile samples a role with: ``model`` (hub id or directory) at
+    ``revision`` (:mod:`benchmark.profiles.vllm_engine`)."""
+
+    model: str
+    revision: str | None
+    gpu_memory_utilization: float
+    max_model_len: int
+    max_lora_rank: int = 16  # vLLM's default; the papers' adapters have rank 4
 
 
 class Generator(ABC):

@@ -34,7 +34,7 @@ from functools import cached_property
 from typing import Any
 
 from benchmark.profiles import smollm2
-from benchmark.profiles.base import Generator, TrainingMemory
+from benchmark.profiles.base import EngineSpec, Generator, TrainingMemory
 from benchmark.profiles.cpu import (
     EMBEDDER_LABEL,
     GENERATOR_LABEL,
@@ -46,7 +46,7 @@ from benchmark.profiles.embedders import SentenceTransformerEmbedder
 from benchmark.profiles.errors import ModelUnavailableError
 from benchmark.profiles.hf_generator import HFGenerator, context_length
 from benchmark.profiles.packaged import distribution_version, packaged_file
-from benchmark.profiles.vllm_engine import EngineSpec, open_engine
+from benchmark.profiles.vllm_engine import open_engine
 
 DEVICE = "cuda"
 HF_BATCH = 256  # transformers sampling when vLLM is absent: decode steps are small matmuls

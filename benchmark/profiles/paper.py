@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from benchmark.profiles.base import Generator, ModelProfile, TrainingMemory
+from benchmark.profiles.base import EngineSpec, Generator, ModelProfile, TrainingMemory
 from benchmark.profiles.embedders import SentenceTransformerEmbedder
 from benchmark.profiles.fillers import MLMFiller
 from benchmark.profiles.hf_generator import HFGenerator
@@ -36,7 +36,7 @@ from benchmark.profiles.hub import from_hub
 from benchmark.profiles.hub_fetch import HubModel, fetch, hub_requests
 from benchmark.profiles.ondevice import PretrainedLM
 from benchmark.profiles.packaged import distribution_version
-from benchmark.profiles.vllm_engine import EngineSpec, open_engine
+from benchmark.profiles.vllm_engine import open_engine
 
 
 @dataclass(frozen=True)

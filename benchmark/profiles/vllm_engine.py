@@ -20,26 +20,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from benchmark.profiles.base import SamplingParams
-
-MAX_LORA_RANK = 16  # vLLM's default; the papers' adapters have rank 4 (POPri, PE+SFT)
-
-
-@dataclass(frozen=True)
-class EngineSpec:
-    """What a profile's engine loads: ``model`` (hub id or directory) at ``revision``."""
-
-    model: str
-    revision: str | None
-    gpu_memory_utilization: float
-    max_model_len: int
-    max_lora_rank: int = MAX_LORA_RANK
+from benchmark.profiles.base import EngineSpec, SamplingParams
 
 
 class SamplingEngine(Protocol):
