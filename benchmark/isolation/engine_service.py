@@ -52,8 +52,8 @@ class EngineService:
                 f"the context of {spec.max_model_len}"
             )
         engine = open_engine(call.role, spec)
-        if call.adapter is None:
-            return {"texts": engine.sample(call.prompts, call.params, None)}, b""
         with tempfile.TemporaryDirectory(prefix="fedsynth-lora-") as tmp:
-            adapter = write_adapter(call.adapter, Path(tmp), spec.model)
+            adapter = None
+            if call.adapter is not None:
+                adapter = write_adapter(call.adapter, Path(tmp), spec.model)
             return {"texts": engine.sample(call.prompts, call.params, adapter)}, b""

@@ -25,7 +25,7 @@ import importlib.util
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any
 
 from benchmark.profiles.base import EngineSpec, Generator, ModelProfile, TrainingMemory
@@ -83,6 +83,7 @@ def sampling_backend() -> str:
     return "transformers"
 
 
+@cache  # the coordinator asks again on every sampling call (engine_spec)
 def context_positions(model_id: str, revision: str) -> int:
     """The model's context length, read from its config (vLLM's ``max_model_len``)."""
     from transformers import AutoConfig
