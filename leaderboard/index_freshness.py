@@ -16,16 +16,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
 from benchmark.files import atomic_write
-from leaderboard.entries import content_digest
-from leaderboard.schema import EntryError
-from leaderboard.signing import index_signers
-from leaderboard.store_index import INDEX_FILE, SignedIndex, read_index
+from leaderboard.store_index import INDEX_FILE, SignedIndex
 
 SEEN_ENV = "FEDSYNTH_VERIFIED_INDEXES"
 DEFAULT_SEEN = Path("~/.config/fedsynth/verified_indexes.json")
@@ -37,62 +33,62 @@ def seen_path() -> Path:
     return Path(os.environ.get(SEEN_ENV) or DEFAULT_SEEN).expanduser()
 
 
-def _seen(path: Path) -> dict[str, Any]:
-    try:
-        found = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return found if isinstance(found, dict) else {}
+@dataclass(frozen=True)
+class VerifiedIndexes:
+    """This machine's memory of the indexes it verified, read once per check, so that the
+    index remembered is the one checked (not the file read again) under the memory read."""
+
+    path: Path
+    found: dict[str, Any]
+
+    @classmethod
+    def read(cls, path: Path) -> VerifiedIndexes:
+        try:
+            found = json.loads(path.read_text())
+        except (OSError, ValueError):
+            found = {}
+        return cls(path, found if isinstance(found, dict) else {})
+
+    def _last(self, index: SignedIndex) -> dict[str, Any] | None:
+        last = self.found.get(_memory_key(index))
+        return last if isinstance(last, dict) else None
+
+    def problems(self, root: Path, index: SignedIndex) -> list[tuple[Path, str]]:
+        """(index, problem) when ``index`` (``root``'s, verified) is older than, or forks,
+        the one this machine verified last of the same store and signers; nothing when it
+        has none or the index carries no store id (from before ids)."""
+        last = self._last(index) if index.store is not None else None
+        if last is None:
+            return []
+        when = f"verified on {last.get('verified')}"
+        if index.sequence < last.get("sequence", 0):
+            why = (
+                f"stale: sequence {index.sequence}, older than the index this machine {when} "
+                f"(sequence {last['sequence']}): a copy of the store from before a later publish"
+            )
+        elif index.sequence == last.get("sequence") and index.digest != last.get("digest"):
+            why = f"forked: another index under sequence {index.sequence} was {when}"
+        else:
+            return []
+        return [(root / INDEX_FILE, f"signed index {why} (--allow-older checks it anyway)")]
+
+    def remember(self, index: SignedIndex) -> None:
+        """Record ``index`` as the newest verified for its store and signers, unless one
+        with a higher sequence already is (or it carries no store id)."""
+        last = self._last(index)
+        if index.store is None or (last is not None and last.get("sequence", 0) > index.sequence):
+            return
+        today = dt.datetime.now(dt.UTC).date().isoformat()
+        found = {
+            **self.found,
+            _memory_key(index): {
+                "sequence": index.sequence,
+                "digest": index.digest,
+                "verified": today,
+            },
+        }
+        atomic_write(self.path, json.dumps(found, indent=1, sort_keys=True) + "\n")
 
 
-def _verified(root: Path, keys: dict[str, Ed25519PublicKey]) -> tuple[str, SignedIndex, str]:
-    """The store's memory key (its id and signer set), its index, and the index's digest;
-    :class:`EntryError` when the index does not verify or carries no store id."""
-    index = read_index(root, keys)
-    if index.store is None:
-        raise EntryError("an index from before store ids")
-    signers = ",".join(sorted(index_signers(keys, root)))
-    digest = content_digest(json.loads((root / INDEX_FILE).read_text()))
-    return f"{index.store} {signers}", index, digest
-
-
-def stale_index(
-    root: Path, keys: dict[str, Ed25519PublicKey], seen: Path
-) -> list[tuple[Path, str]]:
-    """(index, problem) when ``root``'s index is older than, or forks, the one this machine
-    verified last of the same store and signers; nothing when it has none (the index's own
-    problems are :func:`~leaderboard.store_index.check_index`'s)."""
-    try:
-        signers, index, digest = _verified(root, keys)
-    except EntryError:
-        return []
-    last = _seen(seen).get(signers)
-    if not isinstance(last, dict):
-        return []
-    when = f"verified on {last.get('verified')}"
-    if index.sequence < last.get("sequence", 0):
-        why = (
-            f"stale: sequence {index.sequence}, older than the index this machine {when} "
-            f"(sequence {last['sequence']}): a copy of the store from before a later publish"
-        )
-    elif index.sequence == last.get("sequence") and digest != last.get("digest"):
-        why = f"forked: another index under sequence {index.sequence} was {when}"
-    else:
-        return []
-    return [(root / INDEX_FILE, f"signed index {why} (--allow-older checks it anyway)")]
-
-
-def remember_index(root: Path, keys: dict[str, Ed25519PublicKey], seen: Path) -> None:
-    """Record ``root``'s index as the newest verified for its signers, unless an index with
-    a higher sequence already is."""
-    try:
-        signers, index, digest = _verified(root, keys)
-    except EntryError:
-        return
-    found = _seen(seen)
-    last = found.get(signers)
-    if isinstance(last, dict) and last.get("sequence", 0) > index.sequence:
-        return
-    today = dt.datetime.now(dt.UTC).date().isoformat()
-    found[signers] = {"sequence": index.sequence, "digest": digest, "verified": today}
-    atomic_write(seen, json.dumps(found, indent=1, sort_keys=True) + "\n")
+def _memory_key(index: SignedIndex) -> str:
+    return f"{index.store} {','.join(index.signers)}"

@@ -82,6 +82,8 @@ class SignedIndex:
     files: dict[str, str]  # path relative to the store → content digest
     sequence: int  # one more than the index it replaced (0: from before sequences)
     store: str | None  # the store's id, kept by every copy (None: from before ids)
+    digest: str  # the signed file's content digest: tells two indexes of one sequence apart
+    signers: tuple[str, ...]  # the key ids that may sign this store's index, as checked
 
 
 def read_index(root: Path, keys: dict[str, Ed25519PublicKey]) -> SignedIndex:
@@ -110,7 +112,7 @@ def read_index(root: Path, keys: dict[str, Ed25519PublicKey]) -> SignedIndex:
         raise EntryError(f"malformed: sequence {sequence!r}")
     if store is not None and not isinstance(store, str):
         raise EntryError(f"malformed: store {store!r}")
-    return SignedIndex(files, sequence, store)
+    return SignedIndex(files, sequence, store, content_digest(signed), tuple(sorted(signers)))
 
 
 def _carried(root: Path) -> tuple[int, str]:
@@ -147,13 +149,10 @@ def write_index(root: Path, files: dict[str, str], key: Ed25519PrivateKey) -> Pa
     return path
 
 
-def check_index(root: Path, keys: dict[str, Ed25519PublicKey]) -> list[tuple[Path, str]]:
-    """(path, problem) for the index itself, every covered file it does not list or lists
-    with another digest, and every listed file that is gone."""
-    try:
-        listed = read_index(root, keys).files
-    except EntryError as exc:
-        return [(root / INDEX_FILE, f"signed index: {exc}")]
+def check_index(root: Path, index: SignedIndex) -> list[tuple[Path, str]]:
+    """(path, problem) for every covered file ``index`` (read from ``root``) does not list
+    or lists with another digest, and every listed file that is gone."""
+    listed = index.files
     problems = []
     present = {_name(root, p): p for p in indexed_files(root)}
     for name, path in present.items():

@@ -23,7 +23,7 @@ from leaderboard.entries import (
     publication_refusal,
     version_of,
 )
-from leaderboard.index_freshness import remember_index, stale_index
+from leaderboard.index_freshness import VerifiedIndexes
 from leaderboard.schema import EntryError
 from leaderboard.selection import check_report
 from leaderboard.signing import accepted_keys, check_signature, verified_body
@@ -199,11 +199,17 @@ def verify_tree(
         except MALFORMED as exc:
             problems.append((path, str(exc)))
     if index and not (allow_unsigned and not (root / INDEX_FILE).exists()):
-        problems += check_index(root, keys)
-    if index and seen is not None:
-        problems += stale_index(root, keys, seen)
-        if not problems:
-            remember_index(root, keys, seen)
+        try:
+            signed_index = read_index(root, keys)
+        except EntryError as exc:
+            problems.append((root / INDEX_FILE, f"signed index: {exc}"))
+        else:
+            problems += check_index(root, signed_index)
+            if seen is not None:
+                memory = VerifiedIndexes.read(seen)
+                problems += memory.problems(root, signed_index)
+                if not problems:
+                    memory.remember(signed_index)
     return problems
 
 

@@ -256,6 +256,22 @@ def test_an_older_copy_of_the_store_is_told_stale_once_a_newer_one_was_verified(
     assert "stale: sequence 1" in CliRunner().invoke(cli, command[:-1]).output
 
 
+def test_the_index_remembered_is_the_one_checked(store, key, tmp_path, monkeypatch):
+    """verify reads the signed index once: an index published while the files are checked
+    against the first is not the one remembered (it was read again after the check)."""
+    seen, check_files = tmp_path / "seen.json", verify.check_index
+
+    def publish_meanwhile(root, index):
+        found = check_files(root, index)
+        update_index(root, key, keys_of(key))  # index #2 lands before verify returns
+        return found
+
+    monkeypatch.setattr(verify, "check_index", publish_meanwhile)
+    assert problems(store, seen=seen) == []
+    [remembered] = json.loads(seen.read_text()).values()
+    assert remembered["sequence"] == 1
+
+
 def test_only_copies_of_one_store_are_compared(store, key, tmp_path):
     """Another store signed by the same key (your other results folders) is not an older
     copy of this one; nor are indexes signed before store ids and sequences existed."""
