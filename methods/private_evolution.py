@@ -377,16 +377,17 @@ def expand(
         raise ValueError(f"Expand's batch size must be >= 1, got {batch_size}")
     out: list[str] = []
     budget = max_attempts * size
-    while len(out) < size and budget > 0:
-        n = min(batch_size, size - len(out), budget)
-        budget -= n
-        picks = [rng.choice(len(examples), size=3, replace=len(examples) < 3) for _ in range(n)]
-        prompts = [few_shot_prompt([examples[i] for i in p]) for p in picks]
-        batch_params = SamplingParams(
-            params.max_new_tokens, params.temperature, params.top_p, _seed(rng)
-        )
-        texts = [parse_generated(t) for t in generator.generate(prompts, batch_params, chat=False)]
-        out.extend(t for t in texts if t)
+    with generator.sampling_session():  # batch after batch: a vLLM engine stays awake
+        while len(out) < size and budget > 0:
+            n = min(batch_size, size - len(out), budget)
+            budget -= n
+            picks = [rng.choice(len(examples), size=3, replace=len(examples) < 3) for _ in range(n)]
+            prompts = [few_shot_prompt([examples[i] for i in p]) for p in picks]
+            batch_params = SamplingParams(
+                params.max_new_tokens, params.temperature, params.top_p, _seed(rng)
+            )
+            generated = generator.generate(prompts, batch_params, chat=False)
+            out.extend(t for t in map(parse_generated, generated) if t)
     return out[:size]
 
 

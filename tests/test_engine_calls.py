@@ -24,6 +24,7 @@ from benchmark.protocol.engine_calls import (
     MalformedCall,
     decode_call,
     encode_call,
+    encode_rest,
     write_adapter,
 )
 from benchmark.untrusted.engine_proxy import EngineProxy
@@ -100,25 +101,45 @@ def test_a_method_samples_the_coordinators_engine_with_its_adapter(world):
     assert loras[2]["targets"] == sorted(served[1]["adapter"]["target_modules"])
 
 
+def test_a_sampling_session_keeps_the_coordinators_engine_awake_until_it_ends(world):
+    """Over the channel too: a session's batches share one wake, its end is a rest call
+    answered once the engine sleeps, and an engine the method process left awake (it ended
+    inside a session) is put to sleep when the run's process closes."""
+    remote, served, _ = _remote(world)
+    with remote.sampling_session():
+        remote.generate(["a b"], PARAMS)
+        remote.generate(["c"], PARAMS)
+    assert [h.get("stay_awake", "rest") for h in served] == [True, True, "rest"]
+    log = [e["event"] for e in _events(world) if e["event"] != "vllm_llm"]
+    assert log == ["vllm_sleep", "vllm_wake", "vllm_generate", "vllm_generate", "vllm_sleep"]
+    service = EngineService(lambda: _Profile(world["spec"]), ("generator",))
+    header, _ = encode_call("generator", [[1, 2]], PARAMS, None, True)
+    service.serve(header, [])
+    service.rest()
+    assert _events(world)[-1]["event"] == "vllm_sleep"
+    with pytest.raises(PrivacyError, match="no engine"):  # rests only declared roles
+        service.serve(encode_rest("embedder"), [])
+
+
 def test_the_coordinator_serves_only_declared_engine_roles(world):
     remote, _, errors = _remote(world, roles=("embedder",))
     with pytest.raises(wire.ChannelClosed):
         remote.generate(["a"], PARAMS)
     assert "no engine" in str(errors[0])
     service = EngineService(lambda: _Profile(world["spec"]), ("preference_generator",))
-    header, _ = encode_call("generator", [[1, 2]], PARAMS, None)  # the same engine
+    header, _ = encode_call("generator", [[1, 2]], PARAMS, None, False)  # the same engine
     assert len(service.serve(header, [])[0]["texts"]) == 1
     service = EngineService(lambda: _Profile(world["spec"]), ("generator", "embedder"))
-    header, _ = encode_call("embedder", [[1, 2]], PARAMS, None)
+    header, _ = encode_call("embedder", [[1, 2]], PARAMS, None, False)
     with pytest.raises(PrivacyError, match="no engine"):
         service.serve(header, [])
-    header, _ = encode_call("generator", [[1] * 61], PARAMS, None)
+    header, _ = encode_call("generator", [[1] * 61], PARAMS, None, False)
     with pytest.raises(MalformedCall, match="exceed the context of 64"):
         service.serve(header, [])
 
 
 def _call(**changes):
-    header, blobs = encode_call("generator", [[1, 2]], PARAMS, None)
+    header, blobs = encode_call("generator", [[1, 2]], PARAMS, None, False)
     return {**header, **changes}, blobs
 
 
@@ -141,6 +162,10 @@ ADAPTER = {"r": 4, "lora_alpha": 8, "target_modules": ["c_attn"], "use_rslora": 
         (_call(adapter={**ADAPTER, "target_modules": ["../x"]})[0], [b""]),
         (_call(adapter={**ADAPTER, "r": 4.0})[0], [b""]),
         (_call(adapter={**ADAPTER, "path": "x"})[0], [b""]),
+        (_call(stay_awake=1)[0], []),
+        ({**encode_rest("generator"), "rest": 1}, []),
+        (encode_rest("generator"), [b"x"]),
+        ({**encode_rest("generator"), "prompts": [[1]]}, []),
     ],
 )
 def test_malformed_calls_are_refused_before_sampling(header, blobs):

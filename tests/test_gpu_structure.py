@@ -221,6 +221,8 @@ def violations(
         held = [p for p, s in state.items() if s == "awake" and p[1] == "coordinator"]
         if ISOLATED and e["where"] != "coordinator" and held:
             found.append(f"[item 3] the coordinator's engine was awake at a child's {e['event']}")
+    if any(s == "awake" for s in state.values()):  # the evaluation has the GPU
+        found.append("[item 3] a vLLM engine was left awake when the method had finished")
     # [item 4] training updates fp32 master weights, [ondevice] on the GPU
     for e in seen:
         if e["event"] == "optimiser_step" and e["dtypes"] != ["torch.float32"]:

@@ -65,6 +65,35 @@ def test_an_adapted_policy_is_sampled_as_a_lora_request_and_only_sampling_wakes(
     assert generator.generate(["a"], PARAMS)  # the base again, no adapter
 
 
+def test_a_sampling_session_wakes_the_engine_once_and_training_never_meets_it_awake(setup):
+    """A release samples batch after batch (Expand): one wake and one sleep for all of
+    them, not a level-1 round trip of every weight per batch. Touching the transformers
+    copy inside the session (to train or score it) puts the engine to sleep first."""
+    import numpy as np
+
+    from methods.private_evolution import expand
+
+    generator, events = setup
+    expand(generator, ["a b", "c d", "e"], 3, PARAMS, 1, np.random.default_rng(0))
+    with generator.sampling_session():
+        with generator.sampling_session():  # nested: the outer one keeps it awake
+            generator.generate(["a"], PARAMS)
+        generator.generate(["b"], PARAMS)
+        assert generator.model is not None  # about to be trained: the engine sleeps first
+        assert read(events)[-1]["event"] == "vllm_sleep"
+        generator.generate(["c"], PARAMS)
+    generator.generate(["d"], PARAMS)  # outside a session: a round trip again
+    log = [e["event"] for e in read(events) if e["event"] != "vllm_llm"]
+    expand_part = log[1 : log.index("vllm_sleep", 1) + 1]
+    assert expand_part[0] == "vllm_wake" and expand_part[-1] == "vllm_sleep"
+    assert expand_part.count("vllm_wake") == 1 and expand_part.count("vllm_generate") >= 3
+    assert log[len(expand_part) + 1 :] == [
+        *("vllm_wake", "vllm_generate", "vllm_generate", "vllm_sleep"),  # a, b
+        *("vllm_wake", "vllm_generate", "vllm_sleep"),  # c, then the session ends
+        *("vllm_wake", "vllm_generate", "vllm_sleep"),  # d
+    ]
+
+
 def test_weights_changed_in_place_are_never_sampled(setup):
     generator, _ = setup
     with torch.no_grad():

@@ -410,6 +410,8 @@ class MethodProcess:
         finally:
             if self._settle is not None:
                 self._settle.close()
+            if self._engines is not None:
+                self._engines.rest()
 
     @property
     def open_on_schedule(self) -> set[str]:

@@ -5,8 +5,10 @@ sends sampling calls (:mod:`benchmark.protocol.engine_calls`) and this service a
 with the engine the coordinator's own profile names for the role, built on first use and
 shared with the coordinator's other samplers (DPPrefSyn's public candidates). Only the
 method's declared roles are served. The engine holds public weights and the method's
-adapter, never client data, and is asleep except while it samples, so a call is served at
-once, not on the pool's public schedule (no client code runs in it).
+adapter, never client data, and is asleep except while it samples (or between the batches of
+one of the method's sampling sessions; every engine sleeps again when the method process
+ends), so a call is served at once, not on the pool's public schedule (no client code runs
+in it).
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmark.privacy.errors import PrivacyError
-from benchmark.profiles.vllm_engine import open_engine
-from benchmark.protocol.engine_calls import MalformedCall, decode_call, write_adapter
+from benchmark.profiles.vllm_engine import SamplingEngine, open_engine
+from benchmark.protocol.engine_calls import MalformedCall, RestCall, decode_call, write_adapter
 
 
 class EngineService:
@@ -29,6 +31,7 @@ class EngineService:
     def __init__(self, profile: Callable[[], Any], roles: Iterable[str]) -> None:
         self._new_profile = profile
         self._roles = frozenset(roles)
+        self._served: dict[Any, SamplingEngine] = {}  # by spec
 
     @cached_property
     def _profile(self) -> Any:
@@ -45,15 +48,28 @@ class EngineService:
         spec = self._profile.engine_spec(call.role)
         if spec is None or spec not in self._declared_engines:
             raise PrivacyError(f"the method process asked to sample {call.role!r}: no engine")
+        if isinstance(call, RestCall):
+            if spec in self._served:
+                self._served[spec].rest()
+            return {"texts": []}, b""
         room = spec.max_model_len - call.params.max_new_tokens
         if any(len(prompt) > room for prompt in call.prompts):
             raise MalformedCall(
                 f"sampling call: a prompt and {call.params.max_new_tokens} new tokens exceed "
                 f"the context of {spec.max_model_len}"
             )
-        engine = open_engine(call.role, spec)
+        if spec not in self._served:
+            self._served[spec] = open_engine(call.role, spec)
+        engine = self._served[spec]
         with tempfile.TemporaryDirectory(prefix="fedsynth-lora-") as tmp:
             adapter = None
             if call.adapter is not None:
                 adapter = write_adapter(call.adapter, Path(tmp), spec.model)
-            return {"texts": engine.sample(call.prompts, call.params, adapter)}, b""
+            texts = engine.sample(call.prompts, call.params, adapter, call.stay_awake)
+            return {"texts": texts}, b""
+
+    def rest(self) -> None:
+        """Every engine served asleep (the method process ended, perhaps inside a
+        sampling session): the evaluation has the GPU."""
+        for engine in self._served.values():
+            engine.rest()

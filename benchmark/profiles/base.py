@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +90,13 @@ class Generator(ABC):
         itself after a full fine-tune in place. A generator that cannot sample from it
         raises rather than sample from other weights."""
         raise NotImplementedError(f"{type(self).__name__} cannot sample from an adapted model")
+
+    def sampling_session(self) -> AbstractContextManager[None]:
+        """A block of consecutive :meth:`generate` calls with nothing trained or scored
+        between them. A generator that lends the GPU back between calls (a vLLM engine
+        sleeps after each, so training never meets it awake) keeps it for the whole block
+        instead: one wake and one sleep, not one per batch. A no-op here."""
+        return nullcontext()
 
 
 class Embedder(ABC):

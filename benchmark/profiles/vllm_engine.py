@@ -5,7 +5,11 @@ enabled) and samples token-id prompts with :meth:`VLLMEngine.sample`. It holds t
 while it samples: it wakes for a batch (after ``torch.cuda.empty_cache()``, so the memory
 training freed is really free) and goes back to sleep (level 1: weights to CPU RAM, KV cache
 dropped) when the batch is done, so training never meets an awake engine, in this process
-or another.
+or another. A caller that samples batch after batch with nothing else on the GPU between
+them (a release of a million texts in batches of 256) asks it to stay awake after each
+(``stay_awake``) and puts it to sleep with :meth:`VLLMEngine.rest` when done
+(:meth:`~benchmark.profiles.base.Generator.sampling_session`): a level-1 sleep and wake
+moves every weight to CPU RAM and back.
 
 vLLM cannot start inside the method process's sandbox (its engine binds a TCP port for
 torch.distributed and reads ``/proc/meminfo``; the sandbox refuses both, and should). So the
@@ -33,9 +37,18 @@ class SamplingEngine(Protocol):
     local :class:`VLLMEngine`, or the method process's proxy to the coordinator's."""
 
     def sample(
-        self, prompts: list[list[int]], params: SamplingParams, adapter: Path | None
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        adapter: Path | None,
+        stay_awake: bool = False,
     ) -> list[str]:
-        """One completion per token-id prompt; ``adapter``: a peft LoRA adapter directory."""
+        """One completion per token-id prompt; ``adapter``: a peft LoRA adapter directory.
+        Asleep again afterwards unless ``stay_awake`` (more batches follow at once)."""
+        ...
+
+    def rest(self) -> None:
+        """Asleep (a no-op when it is), so the GPU is free for training."""
         ...
 
 
@@ -84,29 +97,42 @@ class VLLMEngine:
             max_lora_rank=spec.max_lora_rank,
             enable_sleep_mode=True,
         )
-        self.llm.sleep(level=1)  # built awake; nothing samples until asked
+        self.awake = True
+        self.rest()  # built awake; nothing samples until asked
         self._lora_ids = itertools.count(1)
 
     def sample(
-        self, prompts: list[list[int]], params: SamplingParams, adapter: Path | None
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        adapter: Path | None,
+        stay_awake: bool = False,
     ) -> list[str]:
         if not prompts:
             return []
-        free_cached_gpu_memory()
         lora = None
         if adapter is not None:
             from vllm.lora.request import LoRARequest
 
             lora_id = next(self._lora_ids)  # vLLM caches adapters by id: each batch is new
             lora = LoRARequest(f"adapter#{lora_id}", lora_id, str(adapter.resolve()))
-        self.llm.wake_up()
+        if not self.awake:
+            free_cached_gpu_memory()
+            self.llm.wake_up()
+            self.awake = True
         try:
             requests = [{"prompt_token_ids": ids} for ids in prompts]
             sampling = sampling_params(params, len(prompts))
             outputs = self.llm.generate(requests, sampling, use_tqdm=False, lora_request=lora)
         finally:
-            self.llm.sleep(level=1)
+            if not stay_awake:
+                self.rest()
         return [o.outputs[0].text for o in outputs]
+
+    def rest(self) -> None:
+        if self.awake:
+            self.llm.sleep(level=1)
+            self.awake = False
 
 
 _ENGINES: dict[EngineSpec, VLLMEngine] = {}

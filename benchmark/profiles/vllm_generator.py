@@ -19,7 +19,9 @@ stay one model because:
   engine is not done. Nothing ever falls back to transformers sampling.
 
 The engine holds the GPU only while it samples a batch (:class:`~.vllm_engine.VLLMEngine`),
-so training and scoring the transformers copy never meet it awake.
+or a run of batches inside :meth:`VLLMGenerator.sampling_session`, so training and scoring
+the transformers copy never meet it awake (touching the copy inside a session puts the
+engine to sleep first).
 
 Tested on the CPU with a fake ``vllm`` that records its calls (``tests/fakes/``); on a GPU
 by the device kit.
@@ -65,6 +67,8 @@ class VLLMGenerator(Generator):
         self._mirrored: Any = None  # the transformers model whose weights the engine holds
         self._versions: list[tuple[Any, int]] = []
         self._adapter: Path | None = None  # the adapted block's adapter directory, if any
+        self._sessions = 0  # open sampling sessions: the engine stays awake between batches
+        self._awake = False  # the engine was left awake after a batch
 
     @property
     def max_positions(self) -> int:
@@ -72,6 +76,7 @@ class VLLMGenerator(Generator):
 
     def transformers(self) -> HFGenerator:
         """The transformers copy as a generator (span filling on its model)."""
+        self._rest_engine()  # the copy is about to train or score: the GPU is its
         if self._hf is None:
             self._hf = self._load_transformers()
             self._mirrored = self._hf.model
@@ -123,6 +128,21 @@ class VLLMGenerator(Generator):
             finally:
                 self._adapter = None
 
+    @contextlib.contextmanager
+    def sampling_session(self) -> Iterator[None]:
+        self._sessions += 1
+        try:
+            yield
+        finally:
+            self._sessions -= 1
+            if not self._sessions:
+                self._rest_engine()
+
+    def _rest_engine(self) -> None:
+        if self._awake:
+            self._awake = False
+            self.engine.rest()
+
     def generate(self, prompts: list[str], params: SamplingParams, chat: bool = True) -> list[str]:
         if not prompts:
             return []
@@ -134,7 +154,8 @@ class VLLMGenerator(Generator):
                 f"{self.name}'s context of {self._positions} tokens"
             )
         ids = [ids[-room:] for ids in encode_prompts(self.tokenizer, prompts, chat)]
-        return self.engine.sample(ids, params, self._adapter)
+        self._awake = self._sessions > 0
+        return self.engine.sample(ids, params, self._adapter, stay_awake=self._awake)
 
     def logprobs(self, prompts: list[str], completions: list[str], chat: bool = True) -> np.ndarray:
         return self.transformers().logprobs(prompts, completions, chat)

@@ -5,7 +5,9 @@ so its engine is a harness service in the coordinator, reached over the method p
 channel. A call is one message: a JSON header naming the role to sample (``engine``), the
 token-id ``prompts``, the sampling ``params`` ``[max_new_tokens, temperature, top_p, seed]``
 and the LoRA ``adapter``'s shape (``null``: the base weights), with the adapter's weights as
-one blob of safetensors bytes; the answer's header holds the ``texts``. The engine loads
+one blob of safetensors bytes, and whether the engine is to ``stay_awake`` for the next
+batch; the answer's header holds the ``texts``. A rest call (``{"engine": role, "rest":
+true}``) puts the role's engine to sleep, and is answered once it sleeps. The engine loads
 public weights and what the method sends, nothing of the clients', so its samples carry no
 private data; the coordinator checks every field (:func:`decode_call`) and writes the
 adapter directory vLLM reads itself, from those fields (:func:`write_adapter`), so a method
@@ -24,7 +26,8 @@ from benchmark.privacy.errors import PrivacyError
 from benchmark.profiles.base import SamplingParams
 
 ENGINE = "engine"  # the header key that marks a sampling call (its value: the role)
-FIELDS = {ENGINE, "prompts", "params", "adapter"}
+FIELDS = {ENGINE, "prompts", "params", "adapter", "stay_awake"}
+REST_FIELDS = {ENGINE, "rest"}
 ADAPTER_FIELDS = {"r", "lora_alpha", "target_modules", "use_rslora"}
 WEIGHTS_FILE = "adapter_model.safetensors"
 MAX_TOKEN_ID = 2**31 - 1
@@ -58,6 +61,12 @@ class SampleCall:
     prompts: list[list[int]]
     params: SamplingParams
     adapter: Adapter | None
+    stay_awake: bool
+
+
+@dataclass(frozen=True)
+class RestCall:
+    role: str
 
 
 class MalformedCall(PrivacyError):
@@ -78,7 +87,11 @@ def read_adapter(directory: Path) -> Adapter:
 
 
 def encode_call(
-    role: str, prompts: list[list[int]], params: SamplingParams, adapter: Adapter | None
+    role: str,
+    prompts: list[list[int]],
+    params: SamplingParams,
+    adapter: Adapter | None,
+    stay_awake: bool,
 ) -> tuple[dict[str, Any], list[bytes]]:
     sampling = [params.max_new_tokens, params.temperature, params.top_p, params.seed]
     shape = None
@@ -86,7 +99,12 @@ def encode_call(
         shape = {"r": adapter.rank, "lora_alpha": adapter.alpha}
         shape |= {"target_modules": list(adapter.targets), "use_rslora": adapter.rslora}
     header = {ENGINE: role, "prompts": prompts, "params": sampling, "adapter": shape}
+    header["stay_awake"] = stay_awake
     return header, [] if adapter is None else [adapter.weights]
+
+
+def encode_rest(role: str) -> dict[str, Any]:
+    return {ENGINE: role, "rest": True}
 
 
 def _whole(value: Any, low: int, high: int) -> bool:
@@ -97,11 +115,17 @@ def _real(value: Any) -> bool:
     return type(value) in (int, float) and value == value and abs(value) < 1e6
 
 
-def decode_call(header: dict[str, Any], blobs: list[bytes]) -> SampleCall:
+def decode_call(header: dict[str, Any], blobs: list[bytes]) -> SampleCall | RestCall:
     """The call in ``header`` and ``blobs`` (coordinator side), every field checked to be
     plain data of the declared types; else :class:`MalformedCall`."""
+    if set(header) == REST_FIELDS and isinstance(header[ENGINE], str):
+        if header["rest"] is not True or blobs:
+            raise MalformedCall("a rest call is {engine: role, rest: true}, without blobs")
+        return RestCall(header[ENGINE])
     if set(header) != FIELDS or not isinstance(header[ENGINE], str):
         raise MalformedCall(f"a sampling call has exactly the fields {sorted(FIELDS)}")
+    if type(header["stay_awake"]) is not bool:
+        raise MalformedCall("sampling call: stay_awake must be a bool")
     prompts = header["prompts"]
     if not (
         isinstance(prompts, list)
@@ -127,7 +151,7 @@ def decode_call(header: dict[str, Any], blobs: list[bytes]) -> SampleCall:
             raise MalformedCall("sampling call: weights without an adapter")
     else:
         adapter = _adapter(shape, blobs)
-    return SampleCall(header[ENGINE], prompts, params, adapter)
+    return SampleCall(header[ENGINE], prompts, params, adapter, header["stay_awake"])
 
 
 def _adapter(shape: Any, blobs: list[bytes]) -> Adapter:

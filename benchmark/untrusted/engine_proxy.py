@@ -15,7 +15,7 @@ from typing import Any
 from benchmark.profiles.base import SamplingParams
 from benchmark.profiles.vllm_engine import free_cached_gpu_memory
 from benchmark.protocol import wire
-from benchmark.protocol.engine_calls import encode_call, read_adapter
+from benchmark.protocol.engine_calls import encode_call, encode_rest, read_adapter
 
 
 class EngineProxy:
@@ -27,14 +27,23 @@ class EngineProxy:
         self.role = role
 
     def sample(
-        self, prompts: list[list[int]], params: SamplingParams, adapter: Path | None
+        self,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        adapter: Path | None,
+        stay_awake: bool = False,
     ) -> list[str]:
         free_cached_gpu_memory()  # the engine wakes in the coordinator
         lora = None if adapter is None else read_adapter(adapter)
-        header, blobs = encode_call(self.role, prompts, params, lora)
+        header, blobs = encode_call(self.role, prompts, params, lora, stay_awake)
         wire.send(self._stream, header, *blobs)
         header, _ = wire.recv(self._stream)
         return [str(text) for text in header["texts"]]
+
+    def rest(self) -> None:
+        """Returns once the coordinator's engine sleeps, so what trains next has the GPU."""
+        wire.send(self._stream, encode_rest(self.role))
+        wire.recv(self._stream)
 
 
 def engine_route(stream: Any) -> Callable[[str], EngineProxy]:
