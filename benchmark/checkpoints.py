@@ -50,14 +50,17 @@ def seed_torch(seed: int, round_index: int) -> None:
     torch.manual_seed(seed * 1_000_003 + round_index + 1)
 
 
-def load_checkpoint(path: Path | BinaryIO, *, mmap: bool = False) -> Any:
+def load_checkpoint(path: Path | BinaryIO, *, mmap: bool = False, cpu: bool = False) -> Any:
     """``torch.load`` of tensors and plain data only (plus :data:`CHECKPOINT_TYPES`): a
-    planted pickle fails here instead of running its code. The error gives the reason."""
+    planted pickle fails here instead of running its code. The error gives the reason.
+    Tensors load on the device they were saved from, or with ``cpu`` on the CPU (a process
+    that only checks or forwards them, and needs no second copy on the GPU)."""
     import torch  # imported when needed: an untrusted process starts without it
 
     try:
         with torch.serialization.safe_globals(CHECKPOINT_TYPES):
-            return torch.load(path, weights_only=True, mmap=mmap)
+            location = "cpu" if cpu else None
+            return torch.load(path, weights_only=True, mmap=mmap, map_location=location)
     except Exception as exc:
         raise UnsafeCheckpointError(_refusal(path, exc)) from exc
 
@@ -78,11 +81,11 @@ def _refusal(path: Path | BinaryIO, exc: Exception) -> str:
     return f"it does not load as tensors and plain data ({type(exc).__name__})"
 
 
-def load_state_blob(blob: bytes) -> Any:
+def load_state_blob(blob: bytes, *, cpu: bool = False) -> Any:
     """A method state (or weights, or memos) saved as bytes, loaded as a checkpoint is:
-    tensors and plain data only."""
+    tensors and plain data only (``cpu``: as :func:`load_checkpoint`)."""
     try:
-        return load_checkpoint(io.BytesIO(blob))
+        return load_checkpoint(io.BytesIO(blob), cpu=cpu)
     except UnsafeCheckpointError as exc:
         raise UnsafeCheckpointError(f"method state: {exc}") from exc
 
@@ -97,10 +100,10 @@ def save_checked(state: Any, target: Path | None, where: str) -> bytes:
     try:
         if target is None:
             torch.save(state, buffer)
-            load_checkpoint(io.BytesIO(buffer.getvalue()))
+            load_checkpoint(io.BytesIO(buffer.getvalue()), cpu=True)
         else:
             torch.save(state, target)
-            load_checkpoint(target, mmap=True)
+            load_checkpoint(target, mmap=True, cpu=True)
     except (UnsafeCheckpointError, pickle.PicklingError, TypeError, AttributeError) as exc:
         if target is not None:
             target.unlink(missing_ok=True)

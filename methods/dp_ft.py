@@ -89,7 +89,7 @@ class DPFT(Method):
             raise SpecError("privacy.epsilon: 0 allows no private release; use base_model")
         ctx.pool.define_partition(HALVES, half_of, parts=2, batched=True)
         weights = ctx.profile.preference_policy().model.state_dict()
-        return {"weights": {k: v.detach().clone() for k, v in weights.items()}}
+        return {"weights": {k: v.detach().to("cpu", copy=True) for k, v in weights.items()}}
 
     def round(self, ctx: MethodContext, state: dict[str, Any], round_index: int) -> dict[str, Any]:
         c = self.config

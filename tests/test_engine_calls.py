@@ -136,6 +136,10 @@ def test_the_coordinator_serves_only_declared_engine_roles(world):
     header, _ = encode_call("generator", [[1] * 61], PARAMS, None, False)
     with pytest.raises(MalformedCall, match="exceed the context of 64"):
         service.serve(header, [])
+    wide = Adapter(32, 8.0, ("c_attn",), False, b"")  # vLLM would fail in its own process
+    header, blobs = encode_call("generator", [[1, 2]], PARAMS, wide, False)
+    with pytest.raises(MalformedCall, match="exceeds the engine's max_lora_rank of 16"):
+        service.serve(header, blobs)
 
 
 def _call(**changes):

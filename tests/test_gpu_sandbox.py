@@ -6,6 +6,7 @@ the private /dev/shm is checked in a child where namespaces can be made.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -107,9 +108,11 @@ def test_gpu_run_policy_admits_the_devices_driver_and_libraries(
     assert Path("/usr/local/cuda") in policy.read_only
     assert Path("/sys") in policy.read_only  # NVML reads the PCI devices there
     assert Policy.from_json(policy.to_json()) == policy
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # a GPU run's coordinator fetches models
     env = child_env(gpu=True)
     assert {k: env[k] for k in CUDA_VARS} == CUDA_VARS
     assert not set(env) & set(SECRETS)
+    assert env["HF_HUB_OFFLINE"] == env["TRANSFORMERS_OFFLINE"] == "1"  # no socket to try
 
 
 def test_gpu_policy_keeps_denied_paths_denied(monkeypatch, tmp_path: Path) -> None:
@@ -128,6 +131,24 @@ def test_a_run_is_a_gpu_run_when_its_profile_puts_models_on_cuda(monkeypatch) ->
     assert runs_on_gpu(new_profile("paper"))
     assert not runs_on_gpu(new_profile("tiny"))  # a CPU profile on a GPU host stays closed
     assert not runs_on_gpu(new_profile("cpu"))
+
+
+def test_a_gpu_runs_method_process_that_cannot_reach_cuda_stops(monkeypatch, tmp_path):
+    """Inside a GPU sandbox, ``paper`` finding no CUDA would load an 8 B model on the CPU
+    and sample with transformers under the run's name: the method process stops instead."""
+    from benchmark.isolation import sandbox
+    from benchmark.untrusted.method_process import check_gpu_reached
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    check_gpu_reached(new_profile("paper"))  # no sandbox applied: the coordinator's view
+    monkeypatch.setattr(sandbox, "applied_policy", policy_for([REPO / "benchmark"], [tmp_path]))
+    check_gpu_reached(new_profile("paper"))  # a CPU run's sandbox
+    gpu_policy = dataclasses.replace(sandbox.applied_policy, gpu=True)
+    monkeypatch.setattr(sandbox, "applied_policy", gpu_policy)
+    with pytest.raises(RuntimeError, match="cannot reach CUDA inside its sandbox"):
+        check_gpu_reached(new_profile("paper"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    check_gpu_reached(new_profile("paper"))
 
 
 def test_a_recomputation_keeps_the_gpu_but_not_the_domains_dev_shm(monkeypatch, tmp_path):

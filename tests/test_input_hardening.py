@@ -308,3 +308,24 @@ def test_a_delta_of_one_over_the_units_or_more_needs_an_explicit_option(tmp_path
     assert entry["spec"]["privacy"]["allow_large_delta"] is True
     ordinary = go(tmp_path / "runs", spec(delta=0.05)).record
     assert "allow_large_delta" not in ordinary["spec"]["privacy"]
+
+
+def test_a_state_is_checked_and_forwarded_on_the_cpu(monkeypatch):
+    """Neither the check that a state loads back nor the coordinator, which only forwards
+    a method's weights to the worker, puts a second copy on the GPU: they load on the CPU
+    (``torch.load`` recorded: no GPU here). A method process resuming loads where it saved."""
+    import torch
+
+    from benchmark import checkpoints
+
+    seen, load = [], torch.load
+
+    def recorded(*args, **kwargs):
+        seen.append(kwargs.get("map_location"))
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", recorded)
+    blob = checkpoints.save_checked({"w": torch.ones(2)}, None, "method state")
+    assert checkpoints.load_state_blob(blob, cpu=True)["w"].device.type == "cpu"
+    checkpoints.load_state_blob(blob)
+    assert seen == ["cpu", "cpu", None]

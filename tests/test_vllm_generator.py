@@ -41,6 +41,7 @@ def test_the_engine_is_built_for_lora_and_sleep(setup):
     kw = engine["kwargs"]
     assert kw["enable_lora"] and kw["enable_sleep_mode"] and kw["dtype"] == "bfloat16"
     assert kw["max_lora_rank"] >= 4 and kw["max_model_len"] == 128
+    assert engine["engine_process_start"] == "spawn"  # a fork would find CUDA unusable
 
 
 def test_an_adapted_policy_is_sampled_as_a_lora_request_and_only_sampling_wakes(setup):

@@ -40,6 +40,7 @@ def run_dp_sgd(
     loader = DataLoader(
         dataset, batch_size=batch_size, generator=torch.Generator().manual_seed(seed)
     )
+    device = next(model.parameters()).device  # opacus draws the noise where the grads are
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     engine = PrivacyEngine(accountant="rdp")
     private_model, private_optimizer, private_loader = engine.make_private(
@@ -49,7 +50,7 @@ def run_dp_sgd(
         noise_multiplier=noise_multiplier,
         max_grad_norm=clip_norm,
         poisson_sampling=True,
-        noise_generator=torch.Generator().manual_seed(seed + 1),
+        noise_generator=torch.Generator(device=device).manual_seed(seed + 1),
     )
     sample_rate = float(private_loader.sample_rate)
     done = 0
@@ -59,7 +60,8 @@ def run_dp_sgd(
             if done >= steps:
                 break
             private_optimizer.zero_grad()
-            loss = loss_fn(private_model, dict(zip(names, batch, strict=True)))
+            on_device = [t.to(device) for t in batch]
+            loss = loss_fn(private_model, dict(zip(names, on_device, strict=True)))
             loss.backward()
             private_optimizer.step()
             done += 1

@@ -276,26 +276,29 @@ class ClientProcess(MemoHolding):
             self.proc.wait()
 
 
-# What an untrusted child inherits of the coordinator's environment: locale, threads, the
-# offline switches and the cache locations; not tokens, keys or anything else set there.
+# What an untrusted child inherits of the coordinator's environment: locale, threads and
+# the cache locations; not tokens, keys or anything else set there.
 CHILD_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "XDG_CACHE_HOME", "HF_HOME")
 CHILD_ENVIRONMENT_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_", "TORCH_", "FEDSYNTH_CACHE")
-CHILD_SWITCHES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
+# Always offline, whatever the coordinator's (a GPU run's fetches hub models first): the
+# sandbox refuses sockets, and a hub library that tried one would fail, not read its cache.
+CHILD_OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
 
 def child_env(gpu: bool = False) -> dict[str, str]:
-    """The environment of an untrusted child: an allow-list of the parent's, and the
-    import path made absolute (the child must not depend on its working directory). A GPU
+    """The environment of an untrusted child: an allow-list of the parent's, offline, and
+    the import path made absolute (the child must not depend on its working directory). A GPU
     run's child (``gpu``, as its sandbox policy says) also keeps what CUDA needs
     (:data:`~benchmark.isolation.sandbox.GPU_ENVIRONMENT`: its GPU, the driver's libraries)."""
-    named = CHILD_ENVIRONMENT + CHILD_SWITCHES + (GPU_ENVIRONMENT if gpu else ())
+    named = CHILD_ENVIRONMENT + (GPU_ENVIRONMENT if gpu else ())
     keep = {
         key: value
         for key, value in os.environ.items()
         if key in named or key.startswith(CHILD_ENVIRONMENT_PREFIXES)
     }
     paths = [p or os.getcwd() for p in sys.path]
-    return {**keep, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": os.pathsep.join(paths)}
+    fixed = {**CHILD_OFFLINE, "TOKENIZERS_PARALLELISM": "false"}
+    return {**keep, **fixed, "PYTHONPATH": os.pathsep.join(paths)}
 
 
 PRIVATE_LOG = "client_private.log"  # in the run directory: the client worker's output

@@ -438,7 +438,7 @@ def dispatch(
     elif op.sends == WEIGHTS:
         from benchmark.checkpoints import load_state_blob
 
-        args = {**args, "weights": load_state_blob(blob)}
+        args = {**args, "weights": load_state_blob(blob, cpu=True)}  # the worker trains them
     value = getattr(pool, op.name)(**args)
     if op.answer == AGGREGATE:
         return {"expected_count": value.expected_count}, wire.array_bytes(value.noisy_sum)

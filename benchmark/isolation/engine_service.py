@@ -52,6 +52,11 @@ class EngineService:
             if spec in self._served:
                 self._served[spec].rest()
             return {"texts": []}, b""
+        if call.adapter is not None and call.adapter.rank > spec.max_lora_rank:
+            raise MalformedCall(  # refused here: vLLM would fail inside its engine process
+                f"sampling call: LoRA rank {call.adapter.rank} exceeds the engine's "
+                f"max_lora_rank of {spec.max_lora_rank}"
+            )
         room = spec.max_model_len - call.params.max_new_tokens
         if any(len(prompt) > room for prompt in call.prompts):
             raise MalformedCall(

@@ -23,6 +23,7 @@ the method process are the same engine).
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -84,6 +85,10 @@ class VLLMEngine:
     """A vLLM ``LLM`` built from ``spec``, asleep except while it samples."""
 
     def __init__(self, spec: EngineSpec) -> None:
+        # vLLM forks its engine process unless this process has initialised CUDA; having
+        # only asked whether there is a GPU (``runs_on_gpu``) already breaks CUDA in a
+        # forked child, so it spawns
+        os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
         from vllm import LLM
 
         self.spec = spec
