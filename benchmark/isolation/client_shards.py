@@ -102,7 +102,10 @@ class ShardedClients(MemoHolding):
             int(r[0]) for r in np.array_split(np.arange(len(clients)), actors) if len(r)
         ]
         ends = [*self._starts[1:], len(clients)]
-        host = ray.remote(num_cpus=1, max_restarts=0)(_ShardHost)
+        # a GPU run's hosts share the GPU (Ray hides it from an actor that asks for none,
+        # and the sandboxed worker inherits that CUDA_VISIBLE_DEVICES)
+        gpus = 1 / len(self._starts) if policy.gpu else 0
+        host = ray.remote(num_cpus=1, num_gpus=gpus, max_restarts=0)(_ShardHost)
         self._hosts = [
             host.remote(clients[a:b], policy, threads, str(tmp), _text(log))
             for a, b in zip(self._starts, ends, strict=True)
