@@ -103,8 +103,8 @@ def test_a_method_samples_the_coordinators_engine_with_its_adapter(world):
 
 def test_a_sampling_session_keeps_the_coordinators_engine_awake_until_it_ends(world):
     """Over the channel too: a session's batches share one wake, its end is a rest call
-    answered once the engine sleeps, and an engine the method process left awake (it ended
-    inside a session) is put to sleep when the run's process closes."""
+    answered once the engine sleeps, and the service can rest an engine a method left awake
+    (below: before the coordinator takes the method's answer)."""
     remote, served, _ = _remote(world)
     with remote.sampling_session():
         remote.generate(["a b"], PARAMS)
@@ -119,6 +119,26 @@ def test_a_sampling_session_keeps_the_coordinators_engine_awake_until_it_ends(wo
     assert _events(world)[-1]["event"] == "vllm_sleep"
     with pytest.raises(PrivacyError, match="no engine"):  # rests only declared roles
         service.serve(encode_rest("embedder"), [])
+
+
+def test_the_coordinator_rests_its_engines_before_the_methods_answer(world):
+    """A method that ends its round inside a session it never closed (``stay_awake``, no
+    rest call) leaves no awake engine: the coordinator puts it to sleep before it takes the
+    answer, so the evaluation (and, before a pool call, client code) has the GPU."""
+    from benchmark.isolation.bounds import RequestBounds
+    from benchmark.isolation.coordinator import MethodProcess
+
+    ours, theirs = wire.stream_pair()
+    process = object.__new__(MethodProcess)  # its channel and engines, without a process
+    process._stream, process.bounds = ours.makefile("rwb"), RequestBounds.from_environment()
+    process._engines = EngineService(lambda: _Profile(world["spec"]), ("generator",))
+    method = theirs.makefile("rwb")
+    header, _ = encode_call("generator", [[1, 2]], PARAMS, None, True)
+    wire.send(method, header)
+    wire.send(method, {"done": True})
+    assert process.answer()[0] == {"done": True}
+    log = [e["event"] for e in _events(world)]
+    assert log[-2:] == ["vllm_generate", "vllm_sleep"]
 
 
 def test_the_coordinator_serves_only_declared_engine_roles(world):

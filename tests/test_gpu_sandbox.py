@@ -6,7 +6,6 @@ the private /dev/shm is checked in a child where namespaces can be made.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -133,22 +132,17 @@ def test_a_run_is_a_gpu_run_when_its_profile_puts_models_on_cuda(monkeypatch) ->
     assert not runs_on_gpu(new_profile("cpu"))
 
 
-def test_a_gpu_runs_method_process_that_cannot_reach_cuda_stops(monkeypatch, tmp_path):
-    """Inside a GPU sandbox, ``paper`` finding no CUDA would load an 8 B model on the CPU
+def test_a_gpu_runs_method_process_that_cannot_reach_cuda_stops(monkeypatch):
+    """In a GPU run's sandbox, ``paper`` finding no CUDA would load an 8 B model on the CPU
     and sample with transformers under the run's name: the method process stops instead."""
-    from benchmark.isolation import sandbox
     from benchmark.untrusted.method_process import check_gpu_reached
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    check_gpu_reached(new_profile("paper"))  # no sandbox applied: the coordinator's view
-    monkeypatch.setattr(sandbox, "applied_policy", policy_for([REPO / "benchmark"], [tmp_path]))
-    check_gpu_reached(new_profile("paper"))  # a CPU run's sandbox
-    gpu_policy = dataclasses.replace(sandbox.applied_policy, gpu=True)
-    monkeypatch.setattr(sandbox, "applied_policy", gpu_policy)
+    check_gpu_reached(new_profile("paper"), gpu_run=False)  # a CPU run of paper's models
     with pytest.raises(RuntimeError, match="cannot reach CUDA inside its sandbox"):
-        check_gpu_reached(new_profile("paper"))
+        check_gpu_reached(new_profile("paper"), gpu_run=True)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    check_gpu_reached(new_profile("paper"))
+    check_gpu_reached(new_profile("paper"), gpu_run=True)
 
 
 def test_a_recomputation_keeps_the_gpu_but_not_the_domains_dev_shm(monkeypatch, tmp_path):

@@ -311,9 +311,10 @@ def test_a_delta_of_one_over_the_units_or_more_needs_an_explicit_option(tmp_path
 
 
 def test_a_state_is_checked_and_forwarded_on_the_cpu(monkeypatch):
-    """Neither the check that a state loads back nor the coordinator, which only forwards
-    a method's weights to the worker, puts a second copy on the GPU: they load on the CPU
-    (``torch.load`` recorded: no GPU here). A method process resuming loads where it saved."""
+    """Neither the check that a state loads back nor a state blob loaded with ``cpu`` (the
+    coordinator's, which only forwards a method's weights to the worker) puts a second
+    copy on the GPU: they load on the CPU (``torch.load`` recorded: no GPU here). A method
+    process resuming loads where it saved."""
     import torch
 
     from benchmark import checkpoints

@@ -299,11 +299,13 @@ class MethodProcess:
                 if kind is None:
                     raise MethodError(f"{header['failed']}: {message}")
                 raise kind(message)
-            if header.get("done"):
-                return header, blobs
             if ENGINE in header:  # public weights and the method's inputs: no schedule
                 wire.send(self._stream, *self._sample(header, blobs))
                 continue
+            if self._engines is not None:  # a session left open: the GPU is the harness's
+                self._engines.rest()
+            if header.get("done"):
+                return header, blobs
             began = time.perf_counter()
             with self._on_schedule(began):
                 answer = self._serve(header, blobs)
@@ -408,10 +410,12 @@ class MethodProcess:
                 self.proc.kill()
                 self.proc.wait()
         finally:
-            if self._settle is not None:
-                self._settle.close()
-            if self._engines is not None:
-                self._engines.rest()
+            try:
+                if self._settle is not None:
+                    self._settle.close()
+            finally:  # a run that failed in a session: the next run's method meets it asleep
+                if self._engines is not None:
+                    self._engines.rest()
 
     @property
     def open_on_schedule(self) -> set[str]:
@@ -666,6 +670,7 @@ class IsolatedLaunch:
         init = {"op": op, "method": self.spec.method.name, "threads": self.threads}
         init |= {"imports": self.source["imports"], "plugin": self.source["plugin"]}
         init |= {"profile": self.spec.profile, "profile_pickled": not self._by_name}
+        init["gpu"] = self.gpu  # the run's, as this process decided it
         return init, blobs
 
     def resolve(self) -> tuple[Any, str]:

@@ -6,9 +6,9 @@ with the engine the coordinator's own profile names for the role, built on first
 shared with the coordinator's other samplers (DPPrefSyn's public candidates). Only the
 method's declared roles are served. The engine holds public weights and the method's
 adapter, never client data, and is asleep except while it samples (or between the batches of
-one of the method's sampling sessions; every engine sleeps again when the method process
-ends), so a call is served at once, not on the pool's public schedule (no client code runs
-in it).
+one of the method's sampling sessions; the coordinator rests every engine before a pool
+call, before it takes the method's answer and when the method process closes), so a call
+is served at once, not on the pool's public schedule (no client code runs in it).
 """
 
 from __future__ import annotations

@@ -82,7 +82,8 @@ def free_cached_gpu_memory() -> None:
 
 
 class VLLMEngine:
-    """A vLLM ``LLM`` built from ``spec``, asleep except while it samples."""
+    """A vLLM ``LLM`` built from ``spec``, asleep except while it samples (a batch, or
+    the batches of a sampling session)."""
 
     def __init__(self, spec: EngineSpec) -> None:
         # vLLM forks its engine process unless this process has initialised CUDA; having

@@ -20,8 +20,9 @@ stay one model because:
 
 The engine holds the GPU only while it samples a batch (:class:`~.vllm_engine.VLLMEngine`),
 or a run of batches inside :meth:`VLLMGenerator.sampling_session`, so training and scoring
-the transformers copy never meet it awake (touching the copy inside a session puts the
-engine to sleep first).
+the transformers copy never meet it awake (reaching the copy through this generator inside
+a session puts the engine to sleep first; the coordinator also rests its engines before any
+pool call and before it takes a method's answer).
 
 Tested on the CPU with a fake ``vllm`` that records its calls (``tests/fakes/``); on a GPU
 by the device kit.

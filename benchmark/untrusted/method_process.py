@@ -202,14 +202,11 @@ def _profile(init: dict[str, Any], blobs: list[bytes]) -> Any:
     return new_profile(init["profile"])
 
 
-def check_gpu_reached(profile: Any) -> None:
-    """A GPU run's method process (its sandbox opens the GPU) must reach CUDA: else the
-    ``paper`` profile would load its models on the CPU and sample with transformers, another
-    instrument under the run's name, rather than fail."""
-    from benchmark.isolation import sandbox
-
-    policy = sandbox.applied_policy
-    if policy is not None and policy.gpu and profile.accelerator() is None:
+def check_gpu_reached(profile: Any, gpu_run: bool) -> None:
+    """A GPU run's method process (``gpu_run``: the coordinator's decision) must reach CUDA:
+    else the ``paper`` profile would load its models on the CPU and sample with
+    transformers, another instrument under the run's name, rather than fail."""
+    if gpu_run and profile.accelerator() is None:
         raise RuntimeError(
             "a GPU run's method process cannot reach CUDA inside its sandbox "
             "(torch.cuda.is_available() is False there): the run stops rather than load "
@@ -235,7 +232,7 @@ def _serve(init: dict[str, Any], blobs: list[bytes], stream: Any) -> None:
         return
     route_engines(engine_route(stream))  # vLLM cannot start here: the coordinator samples
     profile = _profile(init, blobs)
-    check_gpu_reached(profile)
+    check_gpu_reached(profile, init["gpu"])
     method = method_cls(init["config"])
     from benchmark.data import TEXT
     from benchmark.profiles.base import bind_public
