@@ -35,8 +35,8 @@ def seen_path() -> Path:
 
 @dataclass(frozen=True)
 class VerifiedIndexes:
-    """This machine's memory of the indexes it verified, read once per check, so that the
-    index remembered is the one checked (not the file read again) under the memory read."""
+    """This machine's memory of the indexes it verified, read once per check; the index
+    it remembers is the one the check verified, not the file read again."""
 
     path: Path
     found: dict[str, Any]

@@ -74,7 +74,9 @@ class EngineService:
             return {"texts": texts}, b""
 
     def rest(self) -> None:
-        """Every engine served asleep (the method process ended, perhaps inside a
-        sampling session): the evaluation has the GPU."""
+        """Every engine served asleep, whatever sessions the method left open: the
+        coordinator calls it before a pool call, before it takes the method's answer and
+        when the method process closes, so client code, the evaluation and the next run
+        have the GPU."""
         for engine in self._served.values():
             engine.rest()
