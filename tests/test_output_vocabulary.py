@@ -8,9 +8,10 @@ import pytest
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
+from benchmark.profiles.base import SamplingParams
 from benchmark.profiles.cpu import GEMMA, SMOLLM2, CpuGemmaProfile, CpuProfile, public_output_ids
 from benchmark.profiles.fillers import CausalSpanFiller
-from benchmark.profiles.hf_generator import HFGenerator
+from benchmark.profiles.hf_generator import HFGenerator, native_bf16
 from benchmark.profiles.public_corpus import public_corpus
 from benchmark.profiles.tiny import TinyProfile
 
@@ -93,3 +94,19 @@ def test_a_built_cpu_gemma_generator_refuses_another_splits_public_texts(monkeyp
     profile.bind_public(["a"])  # the same split again: nothing changes
     with pytest.raises(RuntimeError, match="another split's public ids"):
         profile.bind_public(["b"])
+
+
+def test_under_bf16_autocast_the_head_is_cast_once_and_samples_what_a_cast_per_step_samples():
+    if not native_bf16():
+        pytest.skip("bf16 autocast sampling runs only where the CPU has native bf16")
+    full, _ = toy_generators()
+    fast = HFGenerator(
+        full.model, full.tokenizer, "toy", 4, fast_sampling=True, output_ids=OUTPUT_IDS
+    )
+    assert fast.output_head().dtype == torch.bfloat16
+    prompts = ["the river", "a stone in the garden by the old wall", "music"]
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, top_p=0.9, seed=5)
+    once = fast.generate(prompts, params, chat=False)
+    rows = full.model.get_output_embeddings().weight[fast.output_ids]  # fp32: cast every step
+    fast.output_head = lambda: rows
+    assert fast.generate(prompts, params, chat=False) == once

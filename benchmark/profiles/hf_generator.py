@@ -249,10 +249,13 @@ class HFGenerator(Generator):
 
     def output_head(self) -> torch.Tensor | None:
         """The LM head's rows of :attr:`output_ids` (``None``: the whole vocabulary), taken
-        once per sampling loop (fine-tuning changes the head between loops)."""
+        once per sampling loop (fine-tuning changes the head between loops), in bf16 under
+        bf16 autocast: autocast caches the casts of parameters only, so a copy in fp32 was
+        cast again at every step, the values the same."""
         if self.output_ids is None:
             return None
-        return self.model.get_output_embeddings().weight[self.output_ids]
+        rows = self.model.get_output_embeddings().weight[self.output_ids]
+        return rows.to(torch.bfloat16) if self.precision == "bf16-autocast" else rows
 
     def next_tokens(
         self,

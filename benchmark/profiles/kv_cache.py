@@ -5,8 +5,13 @@ transformers' ``DynamicCache`` grows by ``torch.cat``, copying every layer's key
 at every step; under bf16 autocast it also keeps them in fp32, and attention casts the whole
 cache to bf16 again at every step. Those two were most of a decode step (measured:
 ``docs/measurements/working-scale.md#generation``). Casting a key once, when it is stored,
-gives attention the same bf16 values, so the samples do not change. Layers that are not
-full attention (Gemma 3's sliding-window layers) keep transformers' own cache layer.
+gives attention the same bf16 values, so the samples do not change.
+
+A sliding-window layer (15 of Gemma 3 270M's 18, window 512) whose window holds the whole
+generation never lets a position go: transformers' layer then returns every position and
+gives the mask a full layer's sizes, so it is preallocated too (:class:`WithinWindowLayer`;
+``docs/measurements/working-scale.md``, "Gemma's sliding-window cache"). A generation longer
+than the window keeps transformers' own sliding layer.
 """
 
 from __future__ import annotations
@@ -58,17 +63,42 @@ class PreallocatedLayer(DynamicLayer):
         return self.keys, self.values
 
 
+class WithinWindowLayer(PreallocatedLayer):
+    """A sliding-window layer's cache for a generation of at most ``sliding_window``
+    positions: until then transformers' ``DynamicSlidingWindowLayer`` drops nothing, returns
+    every position and reports a full layer's mask sizes, so this is a
+    :class:`PreallocatedLayer` the mask builder still sees as sliding."""
+
+    is_sliding = True
+
+    def __init__(self, capacity: int, dtype: torch.dtype | None, sliding_window: int) -> None:
+        if capacity > sliding_window:
+            raise ValueError(f"{capacity} positions do not fit a window of {sliding_window}")
+        super().__init__(capacity, dtype)
+        self.sliding_window = sliding_window
+
+
 class PreallocatedCache(DynamicCache):
     """The cache ``DynamicCache(config=model.config)`` would build, with each full-attention
-    layer a :class:`PreallocatedLayer` of ``capacity`` positions stored in ``dtype``."""
+    layer a :class:`PreallocatedLayer` of ``capacity`` positions stored in ``dtype``, and
+    each sliding-window layer whose window holds ``capacity`` positions a
+    :class:`WithinWindowLayer`."""
 
     def __init__(self, model: Any, capacity: int, dtype: torch.dtype | None) -> None:
         config = model.config.get_text_config(decoder=True)
         layer_types, layer_kwargs = get_layer_types_and_kwargs(config)
         layers = [
-            PreallocatedLayer(capacity, dtype)
-            if kind == "full_attention"
-            else DYNAMIC_LAYER_TYPE_MAPPING[kind](**kwargs)
+            cache_layer(kind, kwargs, capacity, dtype)
             for kind, kwargs in zip(layer_types, layer_kwargs, strict=True)
         ]
         Cache.__init__(self, layers=layers)
+
+
+def cache_layer(kind: str, kwargs: dict[str, Any], capacity: int, dtype: torch.dtype | None) -> Any:
+    """A preallocated layer for a layer of ``kind`` where it gives transformers' states,
+    else transformers' own (a window shorter than the generation, another kind of layer)."""
+    if kind == "full_attention":
+        return PreallocatedLayer(capacity, dtype)
+    if kind == "sliding_attention" and capacity <= kwargs["sliding_window"]:
+        return WithinWindowLayer(capacity, dtype, kwargs["sliding_window"])
+    return DYNAMIC_LAYER_TYPE_MAPPING[kind](**kwargs)
