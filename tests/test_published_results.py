@@ -3,7 +3,10 @@ digest, ε recomputed from its ledgers, split hash, and an Ed25519 signature by 
 results/_keys/ — so an entry edited by hand (even with its digest recomputed) cannot land."""
 
 import json
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from leaderboard.catalog import SUITES
 from leaderboard.store import entry_files, manifest_hashes, read_entry, tuning_files
@@ -65,3 +68,33 @@ def test_no_result_file_lives_outside_the_signed_store():
             or path.name.startswith(".index.sqlite")  # the query cache, git-ignored
         )
         assert structure or name in listed, f"{name}: a result outside the signed store"
+
+
+def _checkout_files() -> list[Path]:
+    """The files a commit of this checkout would hold: tracked, or new and not ignored (run
+    directories and caches are ignored, so a local run's outputs do not count)."""
+    root = PUBLISHED.parent
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout: which files are committed is unknown")
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=root,
+        capture_output=True,
+        check=True,
+        text=True,
+    ).stdout
+    return [root / name for name in listed.split("\0") if name]
+
+
+def test_no_run_record_is_committed_outside_the_store():
+    """Issue 35: a run's record (a ``run_key`` with its ``evaluation``) is committed only
+    as a signed entry or kept record under results/, never as a loose file elsewhere (the
+    retired scripts' records were under docs/historical/)."""
+    loose = []
+    for path in _checkout_files():
+        if path.suffix != ".json" or PUBLISHED in path.parents or not path.is_file():
+            continue
+        value = json.loads(path.read_text())
+        if isinstance(value, dict) and {"run_key", "evaluation"} <= value.keys():
+            loose.append(path.relative_to(PUBLISHED.parent).as_posix())
+    assert loose == [], f"run records outside the signed store: {loose[:5]} ({len(loose)})"
