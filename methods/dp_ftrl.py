@@ -84,28 +84,29 @@ CROSS_DEVICE_002: dict[str, Any] = {
 }
 
 
-# ``cohort_size: one_pass``: the cohort follows from the population and the rounds,
-# c = ⌊N / T⌋, so that one tree of T leaves takes every train client once (all but the
-# N mod T < T left over by the pool's shuffle). With single participation the tree's noise
-# is fixed by ε and its depth, not by c, so this is the largest signal at the same σ
-# (paper 002's regime: 1,600 rounds of 100 clients, each client at most once).
-ONE_PASS = "one_pass"
+# ``cohort_size: every_client``: the cohort follows from the population and the rounds,
+# c = ⌊N / T⌋, and the pool shares all N clients out over the tree's T leaves (c or c + 1
+# each: the pool's ``every_client``), so one tree takes every client of the run once. With single
+# participation the tree's noise is fixed by ε and its depth, not by c, so this is the
+# largest signal at the same σ (paper 002's regime: 1,600 rounds of 100 clients, each
+# client at most once). The server step divides by c, a public constant.
+EVERY_CLIENT = "every_client"
 
 
 def cohort_for(num_clients: int, cohort_size: int | str | None, rounds: int) -> int:
     """The cohort size c a ``cohort_size`` setting means for N clients and T rounds."""
     if cohort_size is None:
         return num_clients
-    if cohort_size == ONE_PASS:
+    if cohort_size == EVERY_CLIENT:
         if rounds < 1 or num_clients < rounds:
             raise SpecError(
-                f"method.params.cohort_size: {ONE_PASS} needs N >= rounds >= 1, got "
+                f"method.params.cohort_size: {EVERY_CLIENT} needs N >= rounds >= 1, got "
                 f"N = {num_clients}, rounds = {rounds}"
             )
         return num_clients // rounds
     if isinstance(cohort_size, str):
         raise SpecError(
-            f"method.params.cohort_size: an integer, null or {ONE_PASS!r}, got {cohort_size!r}"
+            f"method.params.cohort_size: an integer, null or {EVERY_CLIENT!r}, got {cohort_size!r}"
         )
     return int(cohort_size)
 
@@ -206,6 +207,7 @@ class DPFTRL(FederatedLM):
                 noise_multiplier=state["noise_multiplier"],
                 cohort_size=state["cohort_size"],
                 max_leaves=leaves,
+                every_client=self.config["cohort_size"] == EVERY_CLIENT,
             )
             if opened != leaves:
                 raise RuntimeError(f"pool opened {opened} leaves, schedule has {leaves}")

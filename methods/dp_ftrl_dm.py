@@ -133,8 +133,8 @@ class DPFTRLDM(DPFTRL):
         # cpu: sized on the previous chitchat bench split (5,816 clients, ≤ 4 spans each),
         # paper 002's length 20; 24 rounds of 25-client cohorts (one tree, N ≥ c·T; 100-client
         # cohorts are too slow for a 2-core grid: docs/measurements/working-scale.md#dp_ftrl_dm),
-        # T' = T/2. The paper002 suite sets `cohort_size: one_pass` instead (⌊N / T⌋: 27 of
-        # the person split's 654 train clients). The public corpus is the
+        # T' = T/2. The paper002 suite sets `cohort_size: every_client` instead (⌊N / T⌋ a round,
+        # the tree sharing out every client of the run). The public corpus is the
         # split's 4,000 public spans, so the fractions are scaled up (q = 5 % for
         # mid-training, 25 % for distillation pre-training) to keep a few hundred records.
         # Clip 0.3 and server lr 0.05 are from paper 002's grids (not tuned): at c = 25 and

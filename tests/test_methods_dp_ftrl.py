@@ -60,6 +60,16 @@ def test_a_short_run_opens_one_tree_of_exactly_its_rounds(tmp_path):
     assert 0.99 * 2.0 <= eps <= 2.0 + 1e-9
 
 
+def test_every_client_cohorts_take_each_client_of_the_run_once(tmp_path):
+    """8 clients, 3 rounds: c = ⌊8 / 3⌋ = 2, and the one tree's 3 cohorts hold all 8."""
+    ctx = make_context(tmp_path, epsilon=2.0, delta=DELTA)
+    state = run_rounds(ftrl(rounds=3, cohort_size="every_client"), ctx)
+    assert state["cohort_size"] == 2 and state["trees"] == [3]
+    cohorts = ctx.pool._trees["dp_ftrl/tree0"].cohorts
+    assert sorted(len(c) for c in cohorts) == [2, 3, 3]
+    assert sorted(i for c in cohorts for i in c) == list(range(8))
+
+
 def test_ftrl_iterates_and_tree_restart(tmp_path):
     """With a fixed client update v (norm 2C, so clipped to C): within a tree
     mₜ = β mₜ₋₁ + Sₜ / c and θₜ₊₁ = θ_a + η mₜ (Sₜ the pool's noisy prefix sum); at a restart

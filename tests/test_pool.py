@@ -203,6 +203,29 @@ def test_tree_aggregation_prefix_sums_and_single_participation():
         pool.tree_step("t", lambda c, p: np.array([0.5]))
 
 
+def test_tree_every_client_shares_out_the_clients_a_plain_split_leaves_over():
+    """10 clients, cohorts of 3: a plain split takes 9 (one left over); every_client puts
+    all 10 in the 3 leaves (3, 3 and 4), each once."""
+    plain = make_pool(n=10, allow_nonprivate=True)
+    plain.open_tree("t", dim=1, clip_norm=1.0, noise_multiplier=1e-12, cohort_size=3)
+    sums = [plain.tree_step("t", lambda c, p: np.array([1.0]))[0] for _ in range(3)]
+    np.testing.assert_allclose(sums, [3.0, 6.0, 9.0], atol=1e-9)
+
+    pool = make_pool(n=10, allow_nonprivate=True)
+    leaves = pool.open_tree(
+        "t", dim=1, clip_norm=1.0, noise_multiplier=1e-12, cohort_size=3, every_client=True
+    )
+    assert leaves == 3 and pool.ledger.releases[0].count == 3
+    sums = [pool.tree_step("t", lambda c, p: np.array([1.0]))[0] for _ in range(3)]
+    np.testing.assert_allclose(sums[-1], 10.0, atol=1e-9)
+    assert sorted(np.diff([0.0, *sums]).round().astype(int).tolist()) == [3, 3, 4]
+    with pytest.raises(PrivacyError, match="larger than cohort_size"):
+        make_pool(n=10, allow_nonprivate=True).open_tree(
+            "t", dim=1, clip_norm=1.0, noise_multiplier=1e-12, cohort_size=2, max_leaves=3,
+            every_client=True,
+        )
+
+
 def test_pool_state_round_trip_reproduces_noise():
     a, b = make_pool(seed=3), make_pool(seed=3)
     a.aggregate(count_chars, dim=2, clip_norm=1.0, noise_multiplier=1.0, label="x")

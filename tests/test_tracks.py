@@ -31,7 +31,7 @@ from leaderboard.tracks import (
     track_views,
 )
 from leaderboard.verify import verify_tree
-from methods.dp_ftrl import ONE_PASS, ftrl_noise, tree_schedule
+from methods.dp_ftrl import EVERY_CLIENT, ftrl_noise, tree_schedule
 
 pytestmark = pytest.mark.end_to_end  # scheduled first (tests/conftest.py)
 
@@ -83,7 +83,7 @@ def test_every_paper_row_resolves_to_its_method_and_budget():
     assert paper001.contrasts["stage 1's own effect"] == ("eps_inf", "control_zero_steps")
     assert len(paper002.grid()) == 14 * 3
     row = paper002.spec("transformer_midtrain_distill_dm", 18.71, 0, Path("u"))
-    assert row.method.params["cohort_size"] == ONE_PASS
+    assert row.method.params["cohort_size"] == EVERY_CLIENT
     assert row.method.params["model"] == "transformer"
     assert (row.privacy.epsilon, row.privacy.delta) == (18.71, 1e-6)
 
@@ -102,19 +102,20 @@ def test_paper001_split_sizes_the_test_set_for_a_two_point_binomial_se(tmp_path)
     assert suite.delta == pytest.approx(1 / (train * math.log(train)))
 
 
-def test_one_pass_cohorts_take_every_client_once_at_the_same_noise(tmp_path):
-    """The cohort follows from the population and the rounds; with single participation
-    the accountant's σ for one tree of T leaves is the same whatever the cohort."""
+def test_every_client_cohorts_follow_the_population_at_the_same_noise(tmp_path):
+    """The cohort follows from the population and the rounds (the pool shares out the
+    N mod T left over: tests/test_pool.py); with single participation the accountant's σ
+    for one tree of T leaves is the same whatever the cohort."""
     from model_methods_support import make_context
 
-    assert tree_schedule(650, ONE_PASS, 24) == (27, [24])  # 648 of 650 clients
-    assert tree_schedule(5816, ONE_PASS, 24) == (242, [24])
+    assert tree_schedule(650, EVERY_CLIENT, 24) == (27, [24])
+    assert tree_schedule(5816, EVERY_CLIENT, 24) == (242, [24])
     ctx = make_context(tmp_path, epsilon=18.71, delta=1e-6)
-    assert ftrl_noise(ctx, tree_schedule(650, ONE_PASS, 24)[1]) == pytest.approx(
+    assert ftrl_noise(ctx, tree_schedule(650, EVERY_CLIENT, 24)[1]) == pytest.approx(
         ftrl_noise(ctx, tree_schedule(650, 25, 24)[1])
     )
-    with pytest.raises(ValueError, match="one_pass"):
-        tree_schedule(10, ONE_PASS, 24)
+    with pytest.raises(ValueError, match="every_client"):
+        tree_schedule(10, EVERY_CLIENT, 24)
     with pytest.raises(ValueError, match="cohort_size"):
         tree_schedule(10, "half", 2)
 

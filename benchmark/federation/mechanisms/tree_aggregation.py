@@ -44,17 +44,21 @@ def open_tree(
     noise_multiplier: float,
     cohort_size: int,
     max_leaves: int | None = None,
+    every_client: bool = False,
 ) -> int:
     """Start a single-epoch tree (DP-FTRL): clients are shuffled once and split into
     disjoint cohorts of ``cohort_size``, so each client contributes to one leaf only.
-    The whole tree (``max_leaves`` caps it) is recorded in the ledger now; returns
-    its number of leaves."""
+    With ``every_client`` the cohorts share out all N clients instead (cohort_size or
+    cohort_size + 1 each), so the N mod cohort_size a plain split leaves over take part
+    too; the noise does not depend on the cohort. The whole tree (``max_leaves`` caps it)
+    is recorded in the ledger now; returns its number of leaves."""
     dim = plain_number("dim", dim, integer=True)
     clip_norm = plain_number("clip_norm", clip_norm)
     noise_multiplier = plain_number("noise_multiplier", noise_multiplier)
     cohort_size = plain_number("cohort_size", cohort_size, integer=True)
     if max_leaves is not None:
         max_leaves = plain_number("max_leaves", max_leaves, integer=True)
+    every_client = plain_flag("every_client", every_client)
     pool._unit_level("pool.open_tree")
     if check_gaussian(clip_norm, noise_multiplier, pool._allow_nonprivate):
         raise PrivacyError("tree aggregation is a private mechanism; use aggregate() instead")
@@ -63,11 +67,19 @@ def open_tree(
     leaves = pool.num_clients // cohort_size
     if max_leaves is not None:  # a shorter tree (fewer rounds) has fewer levels
         leaves = max(1, min(leaves, max_leaves))
+    if every_client and pool.num_clients >= leaves * (cohort_size + 1):
+        raise PrivacyError(
+            f"every_client: {pool.num_clients} clients in {leaves} leaves would make cohorts "
+            f"larger than cohort_size + 1 = {cohort_size + 1}"
+        )
     release = entry(noise_multiplier, clip_norm, leaves, name, dim, pool._unit)
 
     def compute() -> int:
         order = pool._rng(2).permutation(pool.num_clients)
-        cohorts = [order[i * cohort_size : (i + 1) * cohort_size].tolist() for i in range(leaves)]
+        if every_client:
+            cohorts = [part.tolist() for part in np.array_split(order, leaves)]
+        else:
+            cohorts = [order[i * cohort_size : (i + 1) * cohort_size].tolist() for i in range(leaves)]
         pool._trees[name] = TreeAggregator(
             dim=dim,
             clip_norm=clip_norm,
@@ -80,7 +92,7 @@ def open_tree(
 
     args = {"name": name, "dim": dim, "clip_norm": clip_norm}
     args |= {"noise_multiplier": noise_multiplier, "cohort_size": cohort_size}
-    args |= {"max_leaves": max_leaves}
+    args |= {"max_leaves": max_leaves, "every_client": every_client}
     return int(pool._delivered("open_tree", args, compute, release))
 
 
