@@ -221,7 +221,12 @@ def test_tree_every_client_shares_out_the_clients_a_plain_split_leaves_over():
     assert sorted(np.diff([0.0, *sums]).round().astype(int).tolist()) == [3, 3, 4]
     with pytest.raises(PrivacyError, match="larger than cohort_size"):
         make_pool(n=10, allow_nonprivate=True).open_tree(
-            "t", dim=1, clip_norm=1.0, noise_multiplier=1e-12, cohort_size=2, max_leaves=3,
+            "t",
+            dim=1,
+            clip_norm=1.0,
+            noise_multiplier=1e-12,
+            cohort_size=2,
+            max_leaves=3,
             every_client=True,
         )
 

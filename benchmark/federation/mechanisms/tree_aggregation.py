@@ -76,10 +76,8 @@ def open_tree(
 
     def compute() -> int:
         order = pool._rng(2).permutation(pool.num_clients)
-        if every_client:
-            cohorts = [part.tolist() for part in np.array_split(order, leaves)]
-        else:
-            cohorts = [order[i * cohort_size : (i + 1) * cohort_size].tolist() for i in range(leaves)]
+        taken = order if every_client else order[: leaves * cohort_size]
+        cohorts = [part.tolist() for part in np.array_split(taken, leaves)]
         pool._trees[name] = TreeAggregator(
             dim=dim,
             clip_norm=clip_norm,
