@@ -69,7 +69,8 @@ TRACKS = (
         "paper002",
         "Paper 002: DP-FTRL with public pre-/mid-training (dp_ftrl_dm, Table 2)",
         "in-vocabulary next-token accuracy of the federated small LM per public-training "
-        "row, every train client taking part once",
+        "row, every client of the run taking part once (the train people less the "
+        "audit's held-out canaries)",
     ),
     Track(
         "quick",
