@@ -5,8 +5,10 @@ Algorithm and where it runs:
 
 1. θ₀ ← the shared public start (:func:`benchmark.training.public_start`) — ``setup``.
 2. Schedule (:func:`tree_schedule`): cohorts of ``cohort_size`` c (null: all N clients, full
-   participation). A tree has L = min(⌊N / c⌋, T) leaves; the pool shuffles the clients once
-   per tree into disjoint cohorts, so a client contributes to at most one leaf per tree.
+   participation; ``every_client``: c = ⌊N / T⌋ and the pool shares all N clients over the
+   leaves, c or c + 1 each, so none is left over). A tree has L = min(⌊N / c⌋, T) leaves;
+   the pool shuffles the clients once per tree into disjoint cohorts, so a client
+   contributes to at most one leaf per tree.
    Round t uses leaf t mod L of tree ⌊t / L⌋; a new tree is opened when the previous one is
    used up (TreeRestart: one tree per pass over the clients; with full participation every
    round is a one-leaf tree, paper 000 C.2 / 004 D.2). The last tree is opened with only the
@@ -53,7 +55,7 @@ Choices where the papers are silent:
   leaves), clip 0.1, server lr 0.005: without sampling amplification the tree noise (std ≈
   σC/c per coordinate per node) is large at c = 8, so the step is kept small. The working
   scale is the ``bench`` suite's, set there for its population (20 rounds of 100-client
-  cohorts of 5,816 clients, lr and clip selected on validation), as for DP-FedAvg.
+  cohorts, lr and clip tuned on validation), as for DP-FedAvg.
   ``tiny``: 4 rounds of 2-client cohorts, an even smaller step.
 - ε = ∞: the pool refuses noise-free trees, so cohorts are then Poisson samples of expected
   size c through ``ctx.pool.aggregate`` (a recorded non-private release), summed by the
