@@ -95,6 +95,9 @@ def test_rows_are_clipped_and_summed_in_float64_whatever_type_the_client_side_se
     clipped = wide * np.minimum(1.0, 0.5 / np.linalg.norm(wide, axis=1))[:, None]
     np.testing.assert_allclose(clipped_row_sum(rows, 0.5), clipped.sum(0), rtol=1e-15)
     assert clipped_row_sum(rows, 0.5).dtype == np.float64
+    reused = np.full(3, np.nan)  # the pool's buffer, reused across a release's clients
+    assert clipped_row_sum(rows, 0.5, out=reused) is reused
+    assert reused.tobytes() == clipped_row_sum(rows, 0.5).tobytes()
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])

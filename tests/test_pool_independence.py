@@ -1,5 +1,6 @@
 """The pool enforces its boundary: rows recomputed alone, plain numbers, no rewinding."""
 
+import math
 import os
 import random
 import time
@@ -105,6 +106,25 @@ def test_rows_match_within_a_share_of_the_whole_row_or_of_the_floor():
     wide = {"row": np.full((1, 10_000), 1e-3)}  # L1 norm 10, L2 norm 0.1
     spread_thin = {"row": wide["row"] + 0.5e-7}  # L2 distance 0.5e-5, L1 distance 5e-4
     assert rows_match(wide, spread_thin) and not rows_match(wide, spread_thin, order=1)
+
+
+def test_rows_match_compares_a_row_longer_than_a_block_as_one_row():
+    """The check reads a long row a block at a time: a shift past the first block counts,
+    and what it may be is a share of the whole row's norm, not of one block's."""
+    from benchmark.federation.independence_check import BLOCK, TOLERANCE, rows_match
+
+    want = {"row": np.full((1, BLOCK + 3), 0.5, np.float32)}
+    norm = 0.5 * math.sqrt(BLOCK + 3)
+
+    def shifted_tail(distance: float) -> dict[str, np.ndarray]:
+        row = want["row"].copy()
+        row[0, -3:] += np.float32(distance / math.sqrt(3))  # only in the second block
+        return {"row": row}
+
+    assert rows_match(want, shifted_tail(0.5 * TOLERANCE * norm))
+    assert not rows_match(want, shifted_tail(2 * TOLERANCE * norm))
+    with pytest.raises(ValueError, match="order"):
+        rows_match(want, want, order=3)
 
 
 def test_memo_rows_computed_from_several_clients_are_refused():
